@@ -1,0 +1,62 @@
+"""The `dse` command: trace, sim, sweep, report, hardware.
+
+Subcommands live in `dse/commands/<name>.py`, each exposing a click command named `command`; they
+are imported lazily so that `dse sim` or `dse report` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from dse.errors import user_error_types
+
+_SUBCOMMANDS = {
+    "trace": "Run the real model with a KV policy: measured accuracy and a trace.",
+    "sim": "Replay a trace (or a synthetic one) on a hardware profile: simulated latency.",
+    "hardware": "List or show hardware profiles.",
+    "sweep": "Run an Optuna design-space study from a study file.",
+    "report": "Write a self-contained HTML report of a study.",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in _SUBCOMMANDS:
+            return None
+        module = importlib.import_module(f"dse.commands.{name}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl(list(_SUBCOMMANDS.items()))
+
+
+@click.group(cls=_LazyGroup)
+def cli() -> None:
+    """freekv-dse: design-space exploration of KV-cache retrieval (FreeKV) for long-context decoding."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user errors print one paragraph and exit 2, never a traceback."""
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except user_error_types() as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Runtime configuration of one traced run: the retrieval method and its knobs.
+
+Budget convention (used everywhere in this project): `budget_tokens` counts sink and window, as the
+official FreeKV runtime does. Selected pages per KV head = (budget_tokens - sink_tokens -
+window_tokens) / page_size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["RuntimeConfig", "RuntimeConfigError"]
+
+
+class RuntimeConfigError(ValueError):
+    """An invalid runtime configuration; the message names the field and what is valid."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    method: str = "freekv"  # a name in freekv_runtime.policies.POLICIES
+    page_size: int = 32
+    budget_tokens: int = 2048
+    sink_tokens: int = 512
+    window_tokens: int = 512
+    tau: float = 0.9
+    dense_layers: tuple[int, ...] = (0,)
+    measure_attention_mass: bool = False
+    extra: dict = field(default_factory=dict)  # method-specific knobs
+
+    def __post_init__(self) -> None:
+        p = self.page_size
+        if p < 1:
+            raise RuntimeConfigError(f"page_size must be a positive integer, got {p}")
+        for name in ("sink_tokens", "window_tokens"):
+            value = getattr(self, name)
+            if value < 0 or value % p:
+                raise RuntimeConfigError(
+                    f"{name} must be a non-negative multiple of page_size={p}, got {value}"
+                )
+        if self.window_tokens < p:
+            raise RuntimeConfigError(
+                f"window_tokens must hold at least one page (>= page_size={p}), got {self.window_tokens}"
+            )
+        if self.budget_tokens < self.sink_tokens + self.window_tokens + p or self.budget_tokens % p:
+            raise RuntimeConfigError(
+                f"budget_tokens counts sink and window and must be a multiple of page_size={p} of at least "
+                f"sink_tokens + window_tokens + page_size = {self.sink_tokens + self.window_tokens + p}, "
+                f"got {self.budget_tokens}"
+            )
+        object.__setattr__(self, "dense_layers", tuple(sorted(set(self.dense_layers))))
+
+    @property
+    def selected_pages(self) -> int:
+        """Pages chosen by selection per KV head (sink and window excluded)."""
+        return (self.budget_tokens - self.sink_tokens - self.window_tokens) // self.page_size
+
+    @property
+    def sink_pages(self) -> int:
+        return self.sink_tokens // self.page_size
+
+    @property
+    def window_pages(self) -> int:
+        return self.window_tokens // self.page_size
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["dense_layers"] = list(self.dense_layers)
+        return d

@@ -1,0 +1,28 @@
+"""KV policies by name. Adding a method: one file here with a `KVPolicy` subclass, one line below."""
+
+from __future__ import annotations
+
+import importlib
+
+from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
+
+__all__ = ["POLICIES", "make_policy"]
+
+# name -> "module:class"; imported on demand.
+POLICIES: dict[str, str] = {
+    "full": "freekv_runtime.policies.full:FullPolicy",
+    "freekv": "freekv_runtime.policies.freekv:FreeKVPolicy",
+}
+
+
+def make_policy(config: RuntimeConfig):
+    """The policy named by `config.method`, configured."""
+    try:
+        target = POLICIES[config.method]
+    except KeyError:
+        raise RuntimeConfigError(
+            f"unknown method {config.method!r}: valid methods are {', '.join(sorted(POLICIES))}"
+        ) from None
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(config)

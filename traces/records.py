@@ -1,0 +1,116 @@
+"""Trace records: what the runtime observed, per sequence, decode step, layer and KV head.
+
+These frozen records are the in-memory contract between `freekv_runtime` (producer) and `sim`/`dse`
+(consumers). The on-disk encoding lives in `traces/format.py`; see README "Trace format".
+
+Shapes use L = n_layers and H = n_kv_heads of the traced model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from traces.models import ModelSpec
+
+__all__ = ["FORMAT_VERSION", "RunMetadata", "PrefillRecord", "StepRecord", "TimingClock"]
+
+FORMAT_VERSION = 1
+
+TimingClock = Literal["cuda_event", "wall", "none"]
+
+
+@dataclass(frozen=True)
+class RunMetadata:
+    """Everything needed to interpret (and reproduce) a trace.
+
+    runtime: the retrieval configuration, keys `method`, `page_size`, `budget_tokens` (counts sink and
+        window, see README), `sink_tokens`, `window_tokens`, `tau`, `dense_layers`, `dtype`,
+        `batch_size`, and any method-specific keys.
+    task: task name and parameters (e.g. {"name": "passkey", "context_tokens": 4096, ...}).
+    seeds: every seed used (e.g. {"task": 0, "sampling": 0}).
+    device: e.g. "cpu" or "cuda:0 (NVIDIA A100-SXM4-40GB)".
+    library_versions: e.g. {"torch": "2.13.0", "transformers": "5.23.0", "triton": "3.9.0"}.
+    timing_clock: how `timings_s` in the records were measured ("cuda_event" on GPU, "wall" on CPU).
+    """
+
+    model: ModelSpec
+    runtime: dict[str, Any]
+    task: dict[str, Any]
+    seeds: dict[str, int]
+    device: str
+    library_versions: dict[str, str]
+    timing_clock: TimingClock
+    created_utc: str
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrefillRecord:
+    """One prompt of one sequence was prefilled.
+
+    initial_selected[l][h]: page ids the GPU cache holds after prefill (top pages for the last prompt
+        query, sink and window pages excluded); empty for dense layers.
+    timings_s: measured per-operation time of the prefill ("prefill_total", ...), clock per metadata.
+    """
+
+    sequence: int
+    prompt_tokens: int
+    initial_selected: tuple[tuple[np.ndarray, ...], ...]
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One decode step of one sequence.
+
+    step: 0 for the first generated token of the sequence.
+    context_tokens: tokens in the KV cache when this step attends (prompt + generated so far, including
+        the token being decoded).
+    similarity: (L, H) float32, mean over the group's query heads of cos(q_t, q_{t-1}) (same layer,
+        post-RoPE); NaN where undefined (dense layers; step 0 uses the last prompt query as q_{t-1}).
+    corrected: (L, H) bool, the head was corrected at this step (selection and recall with q_t ran
+        synchronously before attention). Always False for dense layers.
+    selected[l][h]: int32 sorted page ids chosen by this step's selection with q_t (sink and window
+        pages excluded). Corrected heads attend them at this step; the others at the next step.
+        Empty for dense layers.
+    missed[l][h]: int32 sorted page ids of `selected[l][h]` not resident in the GPU cache, i.e. the pages
+        recalled over the host link (synchronously if corrected, in the background otherwise).
+    attended_tokens: (L, H) int32, tokens attended at this step (sink + pages + window, or the whole
+        context for dense layers).
+    timings_s: measured per-operation time of this step, summed over layers (keys such as "qkv",
+        "correction_check", "select", "recall_sync", "recall_background", "attention", "ffn",
+        "lm_head", "step_total"), clock per metadata.
+    attention_mass: optional (L, H) float32, share of the dense attention probability mass (mean over
+        the group's query heads) that falls on the attended tokens; only when measured.
+    """
+
+    sequence: int
+    step: int
+    context_tokens: int
+    similarity: np.ndarray
+    corrected: np.ndarray
+    selected: tuple[tuple[np.ndarray, ...], ...]
+    missed: tuple[tuple[np.ndarray, ...], ...]
+    attended_tokens: np.ndarray
+    timings_s: dict[str, float] = field(default_factory=dict)
+    attention_mass: np.ndarray | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.similarity.shape[0])
+
+    @property
+    def n_kv_heads(self) -> int:
+        return int(self.similarity.shape[1])
+
+    def selected_counts(self) -> np.ndarray:
+        """(L, H) int32: number of selected pages."""
+        return np.array([[len(h) for h in layer] for layer in self.selected], dtype=np.int32)
+
+    def missed_counts(self) -> np.ndarray:
+        """(L, H) int32: number of recalled (missed) pages."""
+        return np.array([[len(h) for h in layer] for layer in self.missed], dtype=np.int32)
