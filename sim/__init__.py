@@ -1,0 +1,33 @@
+"""sim: a SimPy discrete-event model of KV retrieval during decode, on hardware profiles.
+
+Public API (docs/contracts.md "Simulator API"):
+    SimConfig, SimResult, SimInputError, run_simulation, load_profile, list_profiles,
+    demand_from_trace, synthetic_demand, METHODS
+`sim` never imports torch.
+"""
+
+from __future__ import annotations
+
+from sim.config import SimConfig
+from sim.demand import Demand, demand_from_trace
+from sim.engine import run_simulation
+from sim.errors import SimInputError
+from sim.hardware import HardwareProfile, load_profile, list_profiles
+from sim.methods import METHODS, available_methods
+from sim.result import SimResult
+from sim.synthetic import synthetic_demand
+
+__all__ = [
+    "SimConfig",
+    "SimResult",
+    "SimInputError",
+    "Demand",
+    "HardwareProfile",
+    "run_simulation",
+    "load_profile",
+    "list_profiles",
+    "demand_from_trace",
+    "synthetic_demand",
+    "METHODS",
+    "available_methods",
+]

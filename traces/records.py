@@ -17,6 +17,21 @@ from traces.models import ModelSpec
 
 __all__ = ["FORMAT_VERSION", "RunMetadata", "PrefillRecord", "StepRecord", "TimingClock"]
 
+
+def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Bit-exact equality (dtype, shape and bytes; NaNs compare by their bits)."""
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _same_nested(a: tuple[tuple[np.ndarray, ...], ...], b: tuple[tuple[np.ndarray, ...], ...]) -> bool:
+    return len(a) == len(b) and all(
+        len(la) == len(lb) and all(_same_array(x, y) for x, y in zip(la, lb, strict=True))
+        for la, lb in zip(a, b, strict=True)
+    )
+
 FORMAT_VERSION = 1
 
 TimingClock = Literal["cuda_event", "wall", "none"]
@@ -61,6 +76,14 @@ class PrefillRecord:
     prompt_tokens: int
     initial_selected: tuple[tuple[np.ndarray, ...], ...]
     timings_s: dict[str, float] = field(default_factory=dict)
+
+    def identical(self, other: PrefillRecord) -> bool:
+        """Bit-exact equality of every field (arrays by dtype, shape and bytes)."""
+        return (
+            (self.sequence, self.prompt_tokens, self.timings_s)
+            == (other.sequence, other.prompt_tokens, other.timings_s)
+            and _same_nested(self.initial_selected, other.initial_selected)
+        )
 
 
 @dataclass(frozen=True)
@@ -114,3 +137,16 @@ class StepRecord:
     def missed_counts(self) -> np.ndarray:
         """(L, H) int32: number of recalled (missed) pages."""
         return np.array([[len(h) for h in layer] for layer in self.missed], dtype=np.int32)
+
+    def identical(self, other: StepRecord) -> bool:
+        """Bit-exact equality of every field (arrays by dtype, shape and bytes; NaN bits included)."""
+        return (
+            (self.sequence, self.step, self.context_tokens, self.timings_s)
+            == (other.sequence, other.step, other.context_tokens, other.timings_s)
+            and all(
+                _same_array(getattr(self, n), getattr(other, n))
+                for n in ("similarity", "corrected", "attended_tokens", "attention_mass")
+            )
+            and _same_nested(self.selected, other.selected)
+            and _same_nested(self.missed, other.missed)
+        )

@@ -1,0 +1,26 @@
+"""Tasks by name. Adding a task: one module here with a class following `tasks.base.Task`, one line below."""
+
+from __future__ import annotations
+
+import importlib
+
+from freekv_runtime.errors import RuntimeInputError
+from freekv_runtime.tasks.base import ForcedResult, SequenceRunner, Task, TaskSpec
+
+__all__ = ["TASKS", "get_task", "TaskSpec", "SequenceRunner", "ForcedResult", "Task"]
+
+# name -> "module:class"; imported on demand.
+TASKS: dict[str, str] = {
+    "passkey": "freekv_runtime.tasks.passkey:PasskeyTask",
+    "fidelity": "freekv_runtime.tasks.fidelity:FidelityTask",
+}
+
+
+def get_task(name: str) -> Task:
+    """The task named `name`; RuntimeInputError listing the valid names otherwise."""
+    try:
+        target = TASKS[name]
+    except KeyError:
+        raise RuntimeInputError(f"unknown task {name!r}: valid tasks are {', '.join(sorted(TASKS))}") from None
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)()

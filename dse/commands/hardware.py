@@ -1,0 +1,118 @@
+"""`dse hardware list` and `dse hardware show NAME [--json]`: the hardware profiles and their sources.
+
+Profiles come from sim/profiles/ and from any directory in $FREEKV_DSE_PROFILES (docs/hardware.md).
+Imports nothing heavy: sim.hardware only (no torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+import click
+
+__all__ = ["command"]
+
+_GIB = 2**30
+
+# Display unit of each numeric field whose name does not already say it.
+_UNITS = {
+    "memory_bytes": "bytes",
+    "hbm_bandwidth_gbps": "GB/s",
+    "memory_bandwidth_gbps": "GB/s",
+    "peak_fp16_tflops": "TFLOP/s",
+    "achievable_bandwidth_fraction": "of peak",
+    "achievable_compute_fraction": "of peak",
+    "kernel_launch_s": "s",
+    "h2d_peak_gbps": "GB/s",
+    "d2h_peak_gbps": "GB/s",
+    "h2d_effective_gbps": "GB/s",
+    "d2h_effective_gbps": "GB/s",
+    "copy_issue_s": "s",
+    "dma_latency_s": "s",
+    "sync_s": "s",
+}
+
+
+@click.group(name="hardware")
+def command() -> None:
+    """List or show hardware profiles (GPU, host link, host; every number with its source)."""
+
+
+@command.command(name="list")
+def list_cmd() -> None:
+    """One row per profile: GPU, memory, HBM bandwidth, host link and its effective H2D bandwidth."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.hardware import HardwareError, find_profile_file, list_profiles, load_profile, profile_dirs
+
+    table = Table(title="hardware profiles")
+    for col in ("name", "GPU", "memory GiB", "HBM GB/s", "link", "eff. h2d GB/s", "file"):
+        justify = "right" if col.endswith(("GiB", "GB/s")) else "left"
+        table.add_column(col, justify=justify)
+    invalid: list[str] = []
+    for name in list_profiles():
+        try:
+            p = load_profile(name)
+        except HardwareError as exc:  # one broken user file must not hide the others
+            invalid.append(str(exc))
+            continue
+        table.add_row(
+            p.name,
+            p.gpu.name,
+            f"{p.gpu.memory_bytes / _GIB:.0f}",
+            f"{p.gpu.hbm_bandwidth_gbps:,.0f}",
+            p.link.kind,
+            f"{p.link.h2d_effective_gbps:g}",
+            str(find_profile_file(name)),
+        )
+    console = Console(width=200)
+    console.print(table)
+    console.print("searched: " + ", ".join(str(d) for d in profile_dirs()))
+    for message in invalid:
+        console.print(f"skipped: {message}", style="red", markup=False, highlight=False)
+
+
+@command.command(name="show")
+@click.argument("name", metavar="NAME_OR_FILE")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON (values with sources).")
+def show_cmd(name: str, as_json: bool) -> None:
+    """Every field of profile NAME_OR_FILE (a name from `dse hardware list` or a YAML path), with sources."""
+    from sim.hardware import load_profile
+
+    profile = load_profile(name)
+    if as_json:
+        click.echo(json.dumps(profile.to_dict(), indent=2))
+        return
+    click.echo(f"{profile.name}: {profile.description}")
+    for part in ("gpu", "link", "host"):
+        spec = getattr(profile, part)
+        click.echo(f"\n[{part}]")
+        for f in fields(spec):
+            value = getattr(spec, f.name)
+            dotted = f"{part}.{f.name}"
+            source = profile.sources.get(dotted)
+            if source is None:
+                click.echo(f"  {f.name}: {value}")
+                continue
+            click.echo(f"  {f.name}: {_format_value(f.name, value)}")
+            click.echo(f"      source: {source}")
+
+
+def _format_value(field_name: str, value: object) -> str:
+    if field_name == "run_efficiency":
+        return ", ".join(f"{_format_bytes(b)}: {e:.3f}" for b, e in value)  # type: ignore[attr-defined]
+    unit = _UNITS.get(field_name, "")
+    if field_name == "memory_bytes":
+        return f"{value} bytes ({int(value) / _GIB:.1f} GiB)"  # type: ignore[call-overload]
+    if field_name.endswith("_s"):
+        return f"{float(value) * 1e6:g} us"  # type: ignore[arg-type]
+    return f"{value:g} {unit}".rstrip() if isinstance(value, float) else f"{value} {unit}".rstrip()
+
+
+def _format_bytes(n: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"

@@ -1,0 +1,72 @@
+"""`dse report STUDY_OR_STORAGE --out report.html`: one self-contained HTML report of a study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["command"]
+
+
+@click.command(name="report")
+@click.argument("source", metavar="STUDY_OR_STORAGE")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="HTML file to write.",
+)
+@click.option(
+    "--study",
+    "study_name",
+    default=None,
+    help="Study name in the storage (default: the YAML's name, or the storage's only study).",
+)
+@click.option(
+    "--slo-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Per-token latency SLO in ms for the recommendations (default: the study's slo).",
+)
+@click.option(
+    "--metric", default=None, help="Accuracy metric on the accuracy axis (default: first objective's)."
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the results table as JSON to this file.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator runs.")
+def command(
+    source: str,
+    out: Path,
+    study_name: str | None,
+    slo_ms: float | None,
+    metric: str | None,
+    json_out: Path | None,
+    seed: int,
+) -> None:
+    """Write a report of STUDY_OR_STORAGE: a study YAML, an Optuna storage URL, or an SQLite file.
+
+    Sections: accuracy vs latency (Pareto fronts, importances), why a configuration is fast or slow,
+    the query-similarity observation on this model, and capacity planning per hardware profile.
+    """
+    from dse.report import build_report
+
+    summary = build_report(source, out, study_name=study_name, slo_ms=slo_ms, metric=metric, seed=seed)
+    if json_out is not None:
+        from dse.report.source import study_location
+        from dse.results import load_results, to_json
+
+        storage_url, _ = study_location(source, study_name)
+        json_out.write_text(to_json(load_results(storage_url, summary.study_name)))
+        click.echo(f"wrote {json_out}")
+    click.echo(
+        f"wrote {summary.path} ({summary.n_figures} figures in {summary.n_sections} sections, "
+        f"{summary.size_bytes / 1e6:.1f} MB) in {summary.seconds:.1f} s"
+    )

@@ -1,0 +1,303 @@
+"""The study driver: an Optuna multi-objective study over a study file, in any Optuna RDB storage.
+
+One sweep = create (or load) the study named `study.name` in the storage, recover trials of workers
+that died, measure the baselines once (dense attention, untuned FreeKV: study user attributes), then
+run trials until `trials` of them are finished. The same command resumes an interrupted sweep and,
+pointed at one PostgreSQL database from several machines, shares the work.
+
+Trial budget. A trial counts toward `trials` when it is COMPLETE, RUNNING, WAITING, or FAIL with a
+recorded `error` (the configuration itself failed). Not counted: PRUNED trials (an invalid knob
+combination, skipped without running, or a surplus trial drawn by a racing worker after the budget
+was full) and trials stopped by an interrupted or killed worker (FAIL without `error`). Each trial,
+when it starts, computes its rank among the counting trials by trial number (numbers are assigned
+atomically by the storage); a rank past the budget makes it a surplus trial, so two workers never run
+more than `trials` between them.
+
+Killed workers. A trial left RUNNING by a worker that died is marked FAIL (attribute `interrupted`)
+and its parameters are re-queued (a new WAITING trial with the same configuration, run first by the
+next worker): at start, for dead worker processes on this host (pid check), and through Optuna's
+heartbeat (`heartbeat_interval_s`, `grace_period_s`) for workers on other machines. Ctrl-C marks the
+running trial FAIL the same way; the next run re-queues it. No finished trial is ever re-run.
+
+Identical configurations are not re-run: a trial whose configuration equals a COMPLETE trial's copies
+its measurements (attribute `duplicate_of`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dse.errors import DseError
+from dse.objective import Evaluation, constraint_values, evaluate, objective_values
+from dse.search_space import SearchSpace, TrialConfig
+from dse.study import Study
+from dse.sweep_storage import counts_toward_budget, open_storage, recover_interrupted
+
+__all__ = ["SweepSummary", "Sweep", "TrialFailed"]
+
+
+class TrialFailed(Exception):
+    """The configuration of a trial failed (recorded with its error; the sweep goes on)."""
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    study_name: str
+    storage_url: str
+    budget: int
+    complete: int
+    failed: int
+    skipped: int
+    duplicates: int
+    interrupted: int
+    wall_s: float
+
+
+def _input_error_types() -> tuple[type[BaseException], ...]:
+    """Errors that mean the study itself cannot run (missing weights, bad knobs): stop the sweep."""
+    from dse.errors import user_error_types
+
+    return tuple(t for t in user_error_types() if t is not FileNotFoundError)
+
+
+class Sweep:
+    """One worker's view of a study: storage, Optuna study, search space, objective."""
+
+    def __init__(self, study: Study, study_text: str, storage_url: str | None = None) -> None:
+        import optuna
+
+        self.study = study
+        self.study_text = study_text
+        self.storage_url = storage_url or study.storage_url
+        self.space = SearchSpace(study.search)
+        self.budget = study.trials
+        if study.sampler.name == "grid":
+            n_valid = self.space.n_valid()
+            assert n_valid is not None
+            self.budget = min(self.budget, n_valid)
+        self.host = socket.gethostname()
+        self.out_dir = study.output_dir
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = open_storage(self.storage_url, self._on_stale_trial)
+        directions = [o.resolved_direction for o in study.objectives]
+        self.ostudy = optuna.create_study(
+            study_name=study.name, storage=storage, directions=directions, sampler=self._sampler(),
+            load_if_exists=True,
+        )
+        self._check_same_study(directions)
+
+    # -- setup ---------------------------------------------------------------------------------------
+
+    def _n_constraints(self) -> int:
+        c = self.study.constraints
+        return int(c.min_accuracy_ratio is not None) + int(c.require_fit)
+
+    def _constraints_func(self, trial: Any) -> list[float]:
+        values = trial.user_attrs.get("constraint_values")
+        return list(values) if values is not None else [1.0] * self._n_constraints()
+
+    def _sampler(self) -> Any:
+        import optuna
+
+        s = self.study.sampler
+        cf = self._constraints_func if self._n_constraints() else None
+        if s.name == "tpe":
+            kw = {"n_startup_trials": s.n_startup_trials} if s.n_startup_trials else {}
+            return optuna.samplers.TPESampler(seed=s.seed, constraints_func=cf, **kw)
+        if s.name == "nsga2":
+            kw = {"population_size": s.population_size} if s.population_size else {}
+            return optuna.samplers.NSGAIISampler(seed=s.seed, constraints_func=cf, **kw)
+        if s.name == "grid":
+            return optuna.samplers.GridSampler(self.space.grid(), seed=s.seed)
+        return optuna.samplers.RandomSampler(seed=s.seed)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """The parts of the study whose change makes stored trials incomparable."""
+        d = self.study.model_dump(mode="json")
+        keep = ("model", "tasks", "search", "objectives", "constraints", "workload", "hardware",
+                "target_model", "extra_replay_models", "seed", "dtype", "baselines")
+        return {k: d[k] for k in keep}
+
+    def _check_same_study(self, directions: list[str]) -> None:
+        attrs = self.ostudy.user_attrs
+        stored = attrs.get("fingerprint")
+        if stored is None:
+            self.ostudy.set_user_attr("fingerprint", self._fingerprint())
+            self.ostudy.set_user_attr("study_file", self.study_text)
+            self.ostudy.set_user_attr("study_config", self.study.model_dump(mode="json"))
+            self.ostudy.set_user_attr("objective_names", [o.label for o in self.study.objectives])
+            return
+        if stored != self._fingerprint():
+            changed = sorted(k for k in stored if stored.get(k) != self._fingerprint().get(k))
+            raise DseError(
+                f"the storage {self.storage_url} already holds a study named {self.study.name!r} with a "
+                f"different definition (changed: {', '.join(changed)}). Trials of the two would not be "
+                "comparable: give the study a new name (--set name=...) or another storage (--storage). "
+                "Only `trials`, `sampler`, `slo`, `storage` and `out_dir` may change on resume."
+            )
+        self.ostudy.set_user_attr("study_config", self.study.model_dump(mode="json"))
+
+    def _on_stale_trial(self, ostudy: Any, trial: Any) -> None:
+        """Heartbeat callback: a worker on some machine stopped beating; re-queue its configuration."""
+        requeued = set(ostudy.user_attrs.get("requeued", []))
+        if trial.number in requeued or "error" in trial.user_attrs or not trial.params:
+            return
+        ostudy.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+        ostudy.set_user_attr("requeued", sorted(requeued | {trial.number}))
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """complete / failed (with error) / running / waiting / skipped / interrupted / duplicates."""
+        from optuna.trial import TrialState
+
+        out = dict.fromkeys(("complete", "failed", "running", "waiting", "skipped", "interrupted",
+                             "duplicates"), 0)
+        for t in self.ostudy.get_trials(deepcopy=False):
+            if t.state == TrialState.COMPLETE:
+                out["complete"] += 1
+                out["duplicates"] += t.user_attrs.get("duplicate_of") is not None
+            elif t.state == TrialState.FAIL:
+                out["failed" if "error" in t.user_attrs else "interrupted"] += 1
+            elif t.state == TrialState.RUNNING:
+                out["running"] += 1
+            elif t.state == TrialState.WAITING:
+                out["waiting"] += 1
+            elif t.state == TrialState.PRUNED:
+                out["skipped"] += 1
+        return out
+
+    def finished(self) -> int:
+        c = self.counts()
+        return c["complete"] + c["failed"]
+
+    def recover(self) -> int:
+        """Fail trials of dead local workers and re-queue every interrupted trial; returns how many."""
+        return recover_interrupted(self.ostudy, self.host)
+
+    # -- baselines -----------------------------------------------------------------------------------
+
+    def ensure_baselines(self, echo: Any = print) -> None:
+        """Measure dense attention and untuned FreeKV once per study (study user attributes)."""
+        b = self.study.baselines
+        need_dense = b.dense or self.study.constraints.min_accuracy_ratio is not None
+        target = self.study.replay_models[0]
+        if need_dense and "dense" not in self.ostudy.user_attrs:
+            echo("measuring dense attention (once per study) ...")
+            ev = evaluate(self.study, None, self.out_dir / "baselines" / "dense")
+            self.ostudy.set_user_attr("dense", ev.attrs(target))
+        if b.untuned_freekv is not None and "untuned_freekv" not in self.ostudy.user_attrs:
+            knobs = TrialConfig.from_dict(b.untuned_freekv.model_dump())
+            reason = knobs.invalid_reason()
+            if reason is not None:
+                raise DseError(f"baselines.untuned_freekv is not a valid configuration: {reason}.")
+            echo("measuring untuned FreeKV (once per study) ...")
+            ev = evaluate(self.study, knobs, self.out_dir / "baselines" / "untuned_freekv")
+            self.ostudy.set_user_attr("untuned_freekv", ev.attrs(target))
+
+    # -- the objective -------------------------------------------------------------------------------
+
+    def _rank(self, number: int) -> int:
+        slots = sorted(t.number for t in self.ostudy.get_trials(deepcopy=False) if counts_toward_budget(t))
+        return slots.index(number) if number in slots else len(slots)
+
+    def _find_duplicate(self, key: str, number: int) -> Any | None:
+        from optuna.trial import TrialState
+
+        for t in self.ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            ua = t.user_attrs
+            if t.number != number and ua.get("config_key") == key and ua.get("duplicate_of") is None:
+                return t
+        return None
+
+    def __call__(self, trial: Any) -> list[float]:
+        """Optuna objective: skip invalid or surplus trials, copy duplicates, else evaluate."""
+        import optuna
+
+        trial.set_user_attr("worker", {"host": self.host, "pid": os.getpid()})
+        if self._rank(trial.number) >= self.budget:
+            trial.set_user_attr("skipped", "surplus: the trial budget was already full")
+            self.ostudy.stop()
+            raise optuna.TrialPruned("over budget")
+        knobs = self.space.suggest(trial)
+        reason = knobs.invalid_reason()
+        if reason is not None:
+            trial.set_user_attr("skipped", f"invalid combination: {reason}")
+            raise optuna.TrialPruned(reason)
+        trial.set_user_attr("config", knobs.to_dict())
+        trial.set_user_attr("config_key", knobs.key())
+        dense = self.ostudy.user_attrs.get("dense", {}).get("accuracy")
+        if dense is not None:
+            trial.set_user_attr("dense_accuracy", dense)
+        twin = self._find_duplicate(knobs.key(), trial.number)
+        if twin is not None:
+            for k, v in twin.user_attrs.items():
+                if k not in ("worker", "config", "config_key", "requeued_from"):
+                    trial.set_user_attr(k, v)
+            trial.set_user_attr("duplicate_of", twin.number)
+            return list(twin.values)
+        try:
+            ev = evaluate(self.study, knobs, self.out_dir / "trials" / f"{trial.number:05d}")
+            values = objective_values(self.study, ev)
+            constraints = constraint_values(self.study, ev, dense)
+        except _input_error_types():
+            raise  # the study cannot run at all (e.g. missing weights): stop at once
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", "Ctrl-C")
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed configuration is recorded, the sweep goes on
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            trial.set_user_attr("error_type", type(exc).__name__)
+            raise TrialFailed(str(exc)) from exc
+        self._store(trial, ev, constraints)
+        return values
+
+    def _store(self, trial: Any, ev: Evaluation, constraints: dict[str, float]) -> None:
+        for k, v in ev.attrs(self.study.replay_models[0]).items():
+            trial.set_user_attr(k, v)
+        trial.set_user_attr("constraints", constraints)
+        trial.set_user_attr("constraint_values", list(constraints.values()))
+        trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self, on_trial_done: Any = None) -> None:
+        """Run trials in this process until the budget is full (or another worker fills it)."""
+        from optuna.trial import TrialState
+
+        def callback(ostudy: Any, trial: Any) -> None:
+            c = self.counts()
+            if c["complete"] + c["failed"] >= self.budget or (
+                c["complete"] + c["failed"] + c["running"] >= self.budget and c["waiting"] == 0
+            ):
+                ostudy.stop()
+            if on_trial_done is not None and trial.state != TrialState.PRUNED:
+                on_trial_done(trial, c)
+
+        c = self.counts()
+        if c["complete"] + c["failed"] + c["running"] >= self.budget and c["waiting"] == 0:
+            return
+        self.ostudy.optimize(self, n_trials=None, callbacks=[callback], catch=(TrialFailed,), n_jobs=1)
+
+    def summary(self, wall_s: float) -> SweepSummary:
+        c = self.counts()
+        return SweepSummary(
+            study_name=self.study.name, storage_url=self.storage_url, budget=self.budget,
+            complete=c["complete"], failed=c["failed"], skipped=c["skipped"], duplicates=c["duplicates"],
+            interrupted=c["interrupted"], wall_s=wall_s,
+        )
+
+
+def now_s() -> float:
+    return time.perf_counter()
+
+
+def ensure_parent(url: str) -> None:
+    """Create the directory of a SQLite file URL."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)

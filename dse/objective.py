@@ -1,0 +1,196 @@
+"""Evaluate ONE retrieval configuration of a study: measure accuracy, replay the trace, score it.
+
+`evaluate(study, knobs, out_dir)` runs the real runtime (`freekv_runtime.api.run_trace`) on every task
+of the study (measured accuracy, one trace per task), then replays the first task's trace with the
+simulator on every hardware profile and replayed model (simulated latency, throughput, memory fit),
+plus the capacity grid (workload.batch_sizes x workload.context_lengths) on the target model.
+`objective_values` and `constraint_values` turn an `Evaluation` into what Optuna optimises.
+Nothing here knows about Optuna storage; the driver (dse/driver.py) does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dse.search_space import TrialConfig
+from dse.study import ACCURACY_METRICS, Study
+
+__all__ = ["Evaluation", "evaluate", "objective_values", "constraint_values", "DENSE", "SIM_METHOD"]
+
+DENSE = "full"  # the runtime's dense-attention policy
+SIM_METHOD = {"full": "dense"}  # runtime policy name -> simulator method name, where they differ
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one configuration measured (accuracy, traces) and simulated (per replayed model and
+    profile: SimResult.to_dict(); the capacity grid as a list of dicts)."""
+
+    config: dict[str, Any]
+    accuracy: dict[str, float]
+    trace_dirs: dict[str, str]
+    trace_summary: dict[str, Any]
+    sim_models: dict[str, dict[str, dict]]
+    sim_grid: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def attrs(self, target_model: str) -> dict[str, Any]:
+        """The user attributes stored for this evaluation (docs/contracts.md, "Study results")."""
+        first = next(iter(self.trace_dirs.values()))
+        return {
+            "config": self.config,
+            "accuracy": self.accuracy,
+            "trace_dir": first,
+            "trace_dirs": self.trace_dirs,
+            "trace_summary": self.trace_summary,
+            "sim": self.sim_models.get(target_model, {}),
+            "sim_models": self.sim_models,
+            "sim_grid": self.sim_grid,
+            "wall_s": self.wall_s,
+        }
+
+
+def _runtime_config(study: Study, knobs: TrialConfig | None) -> Any:
+    from freekv_runtime.config import RuntimeConfig
+
+    dense_layers = tuple(study.search.dense_layers)
+    if knobs is None:  # dense attention: the knobs are unused by the full policy
+        return RuntimeConfig(method=DENSE, dense_layers=dense_layers)
+    return RuntimeConfig(
+        method=knobs.method, page_size=knobs.page_size, budget_tokens=knobs.budget_tokens,
+        sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens, tau=knobs.tau,
+        dense_layers=dense_layers,
+    )
+
+
+def measure(study: Study, knobs: TrialConfig | None, out_dir: Path) -> tuple[dict, dict[str, str], dict]:
+    """Run every task with the real runtime. Returns (accuracy, {task: trace_dir}, summary of the first
+    task's trace). knobs None: dense attention."""
+    from freekv_runtime.api import TaskSpec, TraceRequest, run_trace
+
+    runtime = _runtime_config(study, knobs)
+    accuracy: dict[str, float] = {}
+    trace_dirs: dict[str, str] = {}
+    summary: dict[str, Any] = {}
+    for task in study.tasks:
+        spec = TaskSpec(
+            name=task.name, context_tokens=task.context_tokens, n_samples=task.samples,
+            decode_tokens=task.decode_tokens, params=dict(task.params),
+        )
+        req = TraceRequest(
+            model=study.model.name, weights=Path(study.model.weights) if study.model.weights else None,
+            task=spec, runtime=runtime, out_dir=_fresh_dir(out_dir / task.name), seed=study.seed,
+            device=study.device, dtype=study.dtype,
+        )
+        outcome = run_trace(req)
+        accuracy.update({k: float(v) for k, v in outcome.accuracy.items()})
+        trace_dirs[task.name] = str(outcome.trace_dir)
+        if not summary:
+            summary = dict(outcome.summary)
+    return accuracy, trace_dirs, summary
+
+
+def _fresh_dir(path: Path) -> Path:
+    """`path`, or `path.2`, `path.3`, ... when a previous attempt left a directory there."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
+
+
+def replay(
+    study: Study, trace_dir: str, knobs: TrialConfig | None
+) -> tuple[dict[str, dict[str, dict]], list[dict]]:
+    """Simulate the trace on every (replayed model, hardware profile) at the study's workload
+    (batch_sizes[0]), and the capacity grid on the target model. Returns (sim_models, sim_grid)."""
+    from sim import SimConfig, demand_from_trace, run_simulation
+
+    method = DENSE if knobs is None else knobs.method
+    knob_args: dict[str, Any] = {}
+    if knobs is not None:
+        knob_args = dict(
+            page_size=knobs.page_size, budget_tokens=knobs.budget_tokens, sink_tokens=knobs.sink_tokens,
+            window_tokens=knobs.window_tokens,
+        )
+    w = study.workload
+
+    def simulate(model: str, demand: Any, hardware: str, batch: int, input_tokens: int) -> dict:
+        cfg = SimConfig(
+            model=model, hardware=hardware, method=SIM_METHOD.get(method, method), batch_size=batch,
+            input_tokens=input_tokens, output_tokens=w.output_tokens, tau=None,
+            dense_layers=tuple(study.search.dense_layers), **knob_args,
+        )
+        return run_simulation(cfg, demand, seed=study.seed).to_dict()
+
+    sim_models: dict[str, dict[str, dict]] = {}
+    sim_grid: list[dict] = []
+    for model in study.replay_models:
+        demand = demand_from_trace(trace_dir, target_model=model)
+        sim_models[model] = {
+            hw: simulate(model, demand, hw, w.batch_sizes[0], w.input_tokens) for hw in study.hardware
+        }
+        if model != study.replay_models[0] or (len(w.batch_sizes) < 2 and not w.context_lengths):
+            continue
+        for hw in study.hardware:
+            for batch in w.batch_sizes:
+                for input_tokens in w.context_lengths or [w.input_tokens]:
+                    sim_grid.append({
+                        "hardware": hw, "model": model, "batch_size": batch, "input_tokens": input_tokens,
+                        "output_tokens": w.output_tokens,
+                        "result": simulate(model, demand, hw, batch, input_tokens),
+                    })
+    return sim_models, sim_grid
+
+
+def evaluate(study: Study, knobs: TrialConfig | None, out_dir: Path) -> Evaluation:
+    """Measure and replay one configuration (knobs None: dense attention). Errors of the runtime and
+    the simulator propagate (the driver decides whether they fail the trial or stop the sweep)."""
+    t0 = time.perf_counter()
+    accuracy, trace_dirs, summary = measure(study, knobs, out_dir)
+    sim_models, sim_grid = replay(study, next(iter(trace_dirs.values())), knobs)
+    config = knobs.to_dict() if knobs is not None else {"method": DENSE}
+    return Evaluation(config, accuracy, trace_dirs, summary, sim_models, sim_grid, time.perf_counter() - t0)
+
+
+def objective_values(study: Study, ev: Evaluation) -> list[float]:
+    """The objective values of `ev`, in the order of study.objectives."""
+    target = study.replay_models[0]
+    out = []
+    for obj in study.objectives:
+        if obj.metric is not None:
+            out.append(float(ev.accuracy[obj.metric]))
+        elif obj.latency is not None:
+            res = ev.sim_models[obj.latency.model or target][obj.latency.hardware]
+            out.append(float(res["per_token_latency_s"][obj.latency.stat]))
+        else:
+            assert obj.throughput is not None
+            res = ev.sim_models[obj.throughput.model or target][obj.throughput.hardware]
+            out.append(float(res["throughput_tokens_per_s"]))
+    return out
+
+
+def constraint_values(
+    study: Study, ev: Evaluation, dense_accuracy: dict[str, float] | None
+) -> dict[str, float]:
+    """Named constraint values, feasible iff <= 0 (Optuna's convention).
+
+    min_accuracy_ratio r on metric m: r * dense[m] - m. require_fit: 1 per profile where the workload
+    does not fit the target model's GPU memory, else 0 (summed into one value)."""
+    out: dict[str, float] = {}
+    c = study.constraints
+    if c.min_accuracy_ratio is not None:
+        metric = study.constraint_metric
+        assert metric is not None and ACCURACY_METRICS[metric][1]
+        if dense_accuracy is None or metric not in dense_accuracy:
+            raise RuntimeError(f"dense accuracy of {metric} is missing: the driver measures it before trials")
+        bound = c.min_accuracy_ratio * dense_accuracy[metric]
+        out[f"min_accuracy_ratio:{metric}"] = bound - ev.accuracy[metric]
+    if c.require_fit:
+        target = study.replay_models[0]
+        misfits = [hw for hw, res in ev.sim_models[target].items() if not res["memory"]["fits"]]
+        out["require_fit"] = float(len(misfits))
+    return out

@@ -1,0 +1,133 @@
+"""The capacity grid of one profile: simulator runs over batch sizes and context lengths.
+
+The configuration is the profile's recommendation (else the untuned-FreeKV baseline, else the most
+accurate trial), compared with dense attention on the same grid. Each point simulates a few decode
+steps (`GRID_STEPS`, at most the study's output length) after a prompt of the given length, replaying
+that trial's measured demand (see dse/report/simulate.py). Batch and context grids: the study's
+workload values plus powers of two, bounded by the model's maximum positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dse.report.data import ReportData, Run
+from dse.report.recommend import recommend
+from dse.report.simulate import ReplayDemand, replay_demand, sim_config, sim_method, workload
+
+__all__ = ["CapacityGrid", "capacity_grid", "grid_run", "GRID_STEPS"]
+
+GRID_STEPS = 16
+_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+_CONTEXTS = (2048, 8192, 32768, 131072)
+_MAX_CONTEXTS = 5
+
+
+@dataclass(frozen=True)
+class CapacityGrid:
+    """by_batch[method]: [(batch, SimResult dict)] at input_tokens; by_context[method]: [(context, dict)]
+    at batch_size; memory[(method, context)]: [(batch, memory dict)]; max_batch[(method, context)]: int.
+    method: the simulator method of `run` (compared with "dense")."""
+
+    profile: str
+    model: str
+    run: Run
+    method: str
+    input_tokens: int
+    output_tokens: int
+    batch_size: int
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    by_batch: dict[str, list[tuple[int, dict]]]
+    by_context: dict[str, list[tuple[int, dict]]]
+    memory: dict[tuple[str, int], list[tuple[int, dict]]]
+    max_batch: dict[tuple[str, int], int]
+    gpu_memory_bytes: int
+    transplanted_from: str | None
+    synthetic: str | None
+
+
+def grid_run(data: ReportData, profile: str) -> Run | None:
+    """The configuration the capacity curves of `profile` are drawn for."""
+    rec = recommend(data, profile).run
+    if rec is not None:
+        return rec
+    if data.untuned is not None and profile in data.untuned.sim:
+        return data.untuned
+    scored = data.scored(profile)
+    return max(scored, key=lambda t: (data.accuracy(t), -t.latency_s(profile)), default=None)
+
+
+def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid | None:
+    """Simulate the grid of `profile`; None when no run has demand to replay."""
+    from traces.models import get_model
+
+    run = grid_run(data, profile)
+    demand = replay_demand(data, run, seed) if run is not None else None
+    if run is None or demand is None:
+        return None
+    w = workload(data)
+    max_pos = get_model(data.model).max_position_tokens
+    steps = min(GRID_STEPS, int(w["output_tokens"]))
+    input_tokens = int(w["input_tokens"])
+    batch0 = int(w["batch_sizes"][0])
+    batches = tuple(sorted(set(_BATCHES) | {int(b) for b in w["batch_sizes"]}))
+    wanted = sorted({input_tokens, *(int(c) for c in w["context_lengths"]), *_CONTEXTS})
+    contexts = tuple(c for c in wanted if c + steps <= max_pos)[:_MAX_CONTEXTS] or (input_tokens,)
+    method = sim_method(run.config)
+
+    def simulate(m: str, batch: int, context: int) -> dict[str, Any]:
+        cfg = sim_config(
+            data, run.config, profile, batch_size=batch, input_tokens=context, output_tokens=steps, method=m
+        )
+        return _simulate(cfg, demand, seed)
+
+    methods = (method, "dense")
+    by_batch = {m: [(b, simulate(m, b, input_tokens)) for b in batches] for m in methods}
+    by_context = {m: [(c, simulate(m, batch0, c)) for c in contexts] for m in methods}
+    memory: dict[tuple[str, int], list[tuple[int, dict]]] = {}
+    max_batch: dict[tuple[str, int], int] = {}
+    for m in methods:
+        for c in contexts:
+            cfg = sim_config(
+                data, run.config, profile, batch_size=1, input_tokens=c, output_tokens=steps, method=m
+            )
+            memory[(m, c)] = [(b, _memory(cfg.replace(batch_size=b))) for b in batches]
+            max_batch[(m, c)] = int(memory[(m, c)][0][1]["max_batch"])
+    return CapacityGrid(
+        profile=profile,
+        model=data.model,
+        run=run,
+        method=method,
+        input_tokens=input_tokens,
+        output_tokens=steps,
+        batch_size=batch0,
+        batches=batches,
+        contexts=contexts,
+        by_batch=by_batch,
+        by_context=by_context,
+        memory=memory,
+        max_batch=max_batch,
+        gpu_memory_bytes=int(memory[(method, contexts[0])][0][1]["gpu_capacity_bytes"]),
+        transplanted_from=demand.transplanted_from,
+        synthetic=demand.synthetic,
+    )
+
+
+def _simulate(cfg: Any, demand: ReplayDemand, seed: int) -> dict[str, Any]:
+    from sim import run_simulation
+
+    return run_simulation(cfg, demand.demand, seed=seed).to_dict()
+
+
+def _memory(cfg: Any) -> dict[str, Any]:
+    """sim.memory.MemoryFit of cfg as a dict (gpu_bytes, host_bytes, fits, max_batch, ...): the memory
+    model alone, no simulation (at the context of the last decode step)."""
+    from sim import load_profile
+    from sim.memory import memory_fit
+    from sim.methods import get_method
+    from traces.models import get_model
+
+    model = get_model(cfg.model)
+    return memory_fit(get_method(cfg).memory(cfg, model), cfg, model, load_profile(cfg.hardware)).to_dict()

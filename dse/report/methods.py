@@ -1,0 +1,190 @@
+"""Section 4, last part: every simulated method side by side on every profile.
+
+Each method of the simulator's registry that is installed (dense, full offload, FreeKV and its
+ablations, Quest, ArkVale, ShadowKV, InfiniGen, RaaS, RazorAttention) runs at the study's workload
+with the same budget knobs and the same measured demand as the capacity grid. Accuracy is shown only
+where the study measured that method (the dense baseline, the trials' methods).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dse.report.data import ReportData, describe_config, run_label
+from dse.report.grid import GRID_STEPS, grid_run
+from dse.report.page import Block, FigureBlock, NoteBlock, TableBlock
+from dse.report.provenance import Provenance
+from dse.report.simulate import replay_demand, sim_config, sim_method, workload
+
+__all__ = ["methods_blocks", "measured_accuracy_by_method"]
+
+
+def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
+    """Simulator method name -> best measured accuracy of the study's runs with that method."""
+    best: dict[str, float] = {}
+    for run in [*data.baselines(), *data.trials]:
+        acc = data.accuracy(run)
+        if acc is not None:
+            m = sim_method(run.config)
+            best[m] = max(acc, best.get(m, float("-inf")))
+    return best
+
+
+def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
+    from sim.errors import SimInputError
+    from sim.methods import available_methods, missing_methods
+
+    w = workload(data)
+    steps = min(GRID_STEPS, int(w["output_tokens"]))
+    batch, input_tokens = int(w["batch_sizes"][0]), int(w["input_tokens"])
+    results: dict[str, dict[str, dict[str, Any]]] = {}  # profile -> method -> SimResult dict
+    failed: dict[str, str] = {}
+    provenance: dict[str, set[str]] = {"transplanted": set(), "synthetic": set(), "runs": set()}
+    for profile in data.profiles:
+        run = grid_run(data, profile)
+        demand = replay_demand(data, run, seed) if run is not None else None
+        if run is None or demand is None:
+            continue
+        provenance["runs"].add(f"{run_label(run)} ({describe_config(run.config)})")
+        if demand.transplanted_from:
+            provenance["transplanted"].add(demand.transplanted_from)
+        if demand.synthetic:
+            provenance["synthetic"].add(demand.synthetic)
+        from sim import run_simulation
+
+        for method in available_methods():
+            cfg = sim_config(
+                data,
+                run.config,
+                profile,
+                batch_size=batch,
+                input_tokens=input_tokens,
+                output_tokens=steps,
+                method=method,
+            )
+            try:
+                results.setdefault(profile, {})[method] = run_simulation(
+                    cfg, demand.demand, seed=seed
+                ).to_dict()
+            except SimInputError as exc:
+                failed[method] = str(exc)
+    if not results:
+        return [NoteBlock("No run has demand to replay, so methods are not compared.", kind="warning")]
+    methods = list(dict.fromkeys(m for per in results.values() for m in per))
+    accuracy = measured_accuracy_by_method(data)
+    prov = Provenance(
+        simulated=(f"per-token latency, throughput and memory of {data.model} per method and profile",),
+        measured=(
+            f"demand of {', '.join(sorted(provenance['runs']))}",
+            f"{data.accuracy_metric} where the study ran the method",
+        ),
+        transplanted_from=tuple(provenance["transplanted"]),
+        synthetic=tuple(provenance["synthetic"]),
+    )
+    blocks: list[Block] = [
+        _figure(results, methods, accuracy, data, prov, batch, input_tokens, steps),
+        _table(results, methods, accuracy, data, prov),
+    ]
+    notes = [f"{m}: {msg}" for m, msg in failed.items()]
+    if missing_methods():
+        notes.append(f"not installed in the simulator: {', '.join(missing_methods())}")
+    if notes:
+        blocks.append(NoteBlock("Methods not compared — " + "; ".join(notes), kind="warning"))
+    return blocks
+
+
+def _figure(
+    results: dict[str, dict[str, dict]],
+    methods: list[str],
+    accuracy: dict[str, float],
+    data: ReportData,
+    prov: Provenance,
+    batch: int,
+    input_tokens: int,
+    steps: int,
+) -> FigureBlock:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("per-token latency (ms)", "throughput (tokens/s)"))
+    for profile, per in results.items():
+        present = [m for m in methods if m in per]
+        acc_text = [
+            f"{data.accuracy_metric} {accuracy[m]:.3f} (measured)"
+            if m in accuracy
+            else "accuracy not measured in this study"
+            for m in present
+        ]
+        fig.add_trace(
+            go.Bar(
+                x=present,
+                y=[per[m]["per_token_latency_s"]["mean"] * 1e3 for m in present],
+                name=profile,
+                legendgroup=profile,
+                text=acc_text,
+                textposition="none",
+                hovertemplate=f"{profile}<br>%{{x}}: %{{y:.3f}} ms/token<br>%{{text}}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Bar(
+                x=present,
+                y=[per[m]["throughput_tokens_per_s"] for m in present],
+                name=profile,
+                legendgroup=profile,
+                showlegend=False,
+                text=acc_text,
+                textposition="none",
+                hovertemplate=f"{profile}<br>%{{x}}: %{{y:.0f}} tokens/s<br>%{{text}}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(type="log", row=1, col=1)
+    return FigureBlock(
+        title="Methods side by side",
+        figure=fig,
+        caption=f"{data.model}, batch {batch}, prompt {input_tokens} tokens, {steps} decode steps "
+        "simulated, the "
+        "same budget knobs and measured demand for every method. Hover for measured accuracy where "
+        "the study ran the method.",
+        provenance=prov,
+        height_px=500,
+    )
+
+
+def _table(
+    results: dict[str, dict[str, dict]],
+    methods: list[str],
+    accuracy: dict[str, float],
+    data: ReportData,
+    prov: Provenance,
+) -> TableBlock:
+    profiles = list(results)
+    header = (
+        "method",
+        f"{data.accuracy_metric} (measured)",
+        *(f"ms/token on {p}" for p in profiles),
+        *(f"largest batch on {p}" for p in profiles),
+    )
+    rows = []
+    for m in methods:
+        lat = [
+            f"{results[p][m]['per_token_latency_s']['mean'] * 1e3:.3f}" if m in results[p] else "-"
+            for p in profiles
+        ]
+        fit = [
+            str(results[p][m].get("memory", {}).get("max_batch", "-")) if m in results[p] else "-"
+            for p in profiles
+        ]
+        rows.append((m, f"{accuracy[m]:.3f}" if m in accuracy else "not measured", *lat, *fit))
+    return TableBlock(
+        title="Methods side by side (table)",
+        header=header,
+        rows=tuple(rows),
+        caption="Simulated at the same workload as the figure above.",
+        provenance=prov,
+    )

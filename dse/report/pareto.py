@@ -1,0 +1,228 @@
+"""Section 1: which configurations keep accuracy and minimise latency.
+
+Pareto fronts of measured accuracy vs simulated per-token latency, one figure per hardware profile,
+with the dense and untuned-FreeKV baselines marked; Optuna parameter importances per objective; tau
+vs measured correction rate vs simulated latency.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dse.report.data import ReportData, Run, describe_config, run_label
+from dse.report.page import Block, FigureBlock, NoteBlock, Section
+from dse.report.provenance import Provenance, transplant_sources
+from dse.report.summary import overall_correction_rate
+
+__all__ = ["pareto_front", "pareto_section"]
+
+_MS = 1e3
+_MIN_IMPORTANCE_TRIALS = 4
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the non-dominated points, by increasing latency. points: (latency, accuracy) pairs;
+    lower latency and higher accuracy are better; of equal points the first is kept."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front: list[int] = []
+    best_acc = float("-inf")
+    for i in order:
+        if points[i][1] > best_acc:
+            front.append(i)
+            best_acc = points[i][1]
+    return front
+
+
+def pareto_section(data: ReportData) -> Section:
+    blocks: list[Block] = [_pareto_figure(data, p) for p in data.profiles]
+    blocks.extend(_importance_blocks(data))
+    blocks.append(_tau_figure(data))
+    return Section(
+        anchor="pareto",
+        title="Accuracy vs latency",
+        question="Which retrieval configurations keep accuracy and minimise latency, on each "
+        "hardware profile?",
+        blocks=tuple(blocks),
+    )
+
+
+def _measured_label(data: ReportData) -> str:
+    return f"accuracy ({data.accuracy_metric}) of {data.measured_model}"
+
+
+def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
+    runs = data.scored(profile)
+    points = [(t.latency_s(profile) * _MS, data.accuracy(t)) for t in runs]
+    fig = go.Figure()
+    for method in sorted({t.method for t in runs}):
+        idx = [i for i, t in enumerate(runs) if t.method == method]
+        fig.add_trace(
+            go.Scatter(
+                x=[points[i][0] for i in idx],
+                y=[points[i][1] for i in idx],
+                mode="markers",
+                name=method,
+                text=[f"{run_label(runs[i])}: {describe_config(runs[i].config)}" for i in idx],
+                marker={"size": 9, "opacity": 0.75},
+                hovertemplate="%{text}<br>latency %{x:.3f} ms/token<br>accuracy %{y:.3f}<extra></extra>",
+            )
+        )
+    front = pareto_front(points)
+    fig.add_trace(
+        go.Scatter(
+            x=[points[i][0] for i in front],
+            y=[points[i][1] for i in front],
+            mode="lines+markers",
+            name="Pareto front",
+            line={"color": "#222", "dash": "dot", "shape": "hv"},
+            marker={"size": 13, "symbol": "circle-open", "color": "#222"},
+            text=[describe_config(runs[i].config) for i in front],
+            hovertemplate="front: %{text}<extra></extra>",
+        )
+    )
+    for run, symbol, color in ((data.dense, "star", "#d62728"), (data.untuned, "diamond", "#ff7f0e")):
+        if run is not None and run.latency_s(profile) is not None and data.accuracy(run) is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[run.latency_s(profile) * _MS],
+                    y=[data.accuracy(run)],
+                    mode="markers",
+                    name=run_label(run),
+                    marker={
+                        "size": 16,
+                        "symbol": symbol,
+                        "color": color,
+                        "line": {"width": 1, "color": "#000"},
+                    },
+                    hovertemplate=f"{run_label(run)}: {describe_config(run.config)}<br>%{{x:.3f}} "
+                    f"ms/token, accuracy %{{y:.3f}}"
+                    "<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        xaxis_title=f"per-token latency on {profile} (ms, simulated)",
+        yaxis_title=f"{data.accuracy_metric} (measured)",
+        legend={"orientation": "h", "y": -0.2},
+    )
+    used = [r for r in [*runs, data.dense, data.untuned] if r is not None and profile in r.sim]
+    return FigureBlock(
+        title=f"Pareto front on {profile}",
+        figure=fig,
+        caption=f"Each point is one configuration of {len(runs)} complete trials. The dotted line joins the "
+        "configurations no other beats on both axes. Dense attention (star) and FreeKV with default "
+        "knobs (diamond) are the study's baselines.",
+        provenance=Provenance(
+            measured=(_measured_label(data),),
+            simulated=(f"mean per-token latency on {profile}",),
+            transplanted_from=transplant_sources(r.sim[profile] for r in used),
+        ),
+    )
+
+
+def _importance_blocks(data: ReportData) -> list[Block]:
+    import optuna
+
+    res = data.results
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage_url)
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    varied = sorted(
+        k
+        for k in {k for t in complete for k in t.params}
+        if len({repr(t.params.get(k)) for t in complete}) > 1
+    )
+    if len(complete) < _MIN_IMPORTANCE_TRIALS or not varied:
+        return [
+            NoteBlock(
+                f"Parameter importances need at least {_MIN_IMPORTANCE_TRIALS} complete trials with "
+                "at least one "
+                f"parameter that varies; this study has {len(complete)} complete trial(s) and "
+                f"{len(varied)} varied "
+                "parameter(s), so they are not shown.",
+                kind="warning",
+            )
+        ]
+    blocks: list[Block] = []
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    for i, (name, direction) in enumerate(zip(res.objective_names, res.directions, strict=True)):
+        try:
+            imp = optuna.importance.get_param_importances(
+                study, evaluator=evaluator, target=lambda t, i=i: t.values[i]
+            )
+        except (ValueError, RuntimeError) as exc:
+            blocks.append(
+                NoteBlock(f"Parameter importances for {name} could not be computed: {exc}", kind="warning")
+            )
+            continue
+        params = list(imp)[::-1]
+        fig = go.Figure(
+            go.Bar(x=[imp[p] for p in params], y=params, orientation="h", marker={"color": "#4c72b0"})
+        )
+        fig.update_layout(xaxis_title="importance (fANOVA, share of variance)", yaxis_title="parameter")
+        measured = name in {k for t in data.trials for k in t.accuracy}
+        blocks.append(
+            FigureBlock(
+                title=f"Parameter importances for {name} ({direction})",
+                figure=fig,
+                caption=f"How much of the variance of {name} over {len(complete)} trials each "
+                "searched parameter "
+                "explains (Optuna fANOVA, seed 0). Importances of a small study are rough.",
+                provenance=Provenance(
+                    measured=(f"{name} of {data.measured_model}",) if measured else (),
+                    simulated=() if measured else (f"objective {name}",),
+                ),
+                height_px=max(260, 60 + 40 * len(params)),
+            )
+        )
+    return blocks
+
+
+def _tau_figure(data: ReportData) -> Block:
+    profile = data.profiles[0]
+    runs: list[Run] = [
+        t
+        for t in data.trials
+        if t.config.get("tau") is not None
+        and overall_correction_rate(t.trace_summary) is not None
+        and t.latency_s(profile) is not None
+    ]
+    if not runs:
+        return NoteBlock(
+            "No trial records both a tau and a measured correction rate, so tau vs correction rate "
+            "is not shown.",
+            kind="warning",
+        )
+    lat = [t.latency_s(profile) * _MS for t in runs]
+    fig = go.Figure(
+        go.Scatter(
+            x=[t.config["tau"] for t in runs],
+            y=[overall_correction_rate(t.trace_summary) for t in runs],
+            mode="markers",
+            text=[f"{run_label(t)}: {describe_config(t.config)}" for t in runs],
+            marker={
+                "size": 11,
+                "color": lat,
+                "colorscale": "Viridis",
+                "showscale": True,
+                "colorbar": {"title": {"text": "ms/token"}},
+            },
+            hovertemplate="%{text}<br>tau %{x}<br>correction rate %{y:.3f}<br>%{marker.color:.3f} ms/token"
+            "<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis_title="tau (correction threshold)",
+        yaxis_title="share of (step, layer, KV head) corrected (measured)",
+    )
+    return FigureBlock(
+        title=f"tau vs correction rate vs latency on {profile}",
+        figure=fig,
+        caption="A head is corrected when the group-mean cosine similarity of adjacent queries falls "
+        "below tau: "
+        "a higher tau corrects more heads, which puts selection and recall on the critical path. "
+        "Colour: simulated per-token latency.",
+        provenance=Provenance(
+            measured=(f"correction rate of {data.measured_model} (trace)",),
+            simulated=(f"per-token latency on {profile}",),
+            transplanted_from=transplant_sources(t.sim[profile] for t in runs),
+        ),
+    )

@@ -1,0 +1,54 @@
+"""Where a figure's numbers come from: measured on the real model, simulated on a profile, transplanted.
+
+Every figure of a report carries a `Provenance`; the page renders it as badges under the figure title
+so that a reader never mistakes a simulated latency for a measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from html import escape
+
+__all__ = ["Provenance", "transplant_sources"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """measured: what was measured on the real model, e.g. ("accuracy (passkey_accuracy) of smollm2-135m",).
+    simulated: what the simulator computed, e.g. ("per-token latency on a100-40g-pcie4",).
+    transplanted_from: models whose traces were replayed on another model's shapes.
+    synthetic: the synthetic demand used instead of a trace (e.g. "correction=0.61,hit=0.8"), if any.
+    """
+
+    measured: tuple[str, ...] = ()
+    simulated: tuple[str, ...] = ()
+    transplanted_from: tuple[str, ...] = ()
+    synthetic: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (self.measured or self.simulated):
+            raise ValueError("a figure's provenance must name at least one measured or simulated quantity")
+
+    def badges_html(self) -> str:
+        """Badges (HTML spans) for the page: one per kind, each listing what it covers."""
+        parts: list[str] = []
+        if self.measured:
+            parts.append(_badge("measured", "measured: " + "; ".join(self.measured)))
+        if self.simulated:
+            parts.append(_badge("simulated", "simulated: " + "; ".join(self.simulated)))
+        if self.transplanted_from:
+            names = ", ".join(sorted(set(self.transplanted_from)))
+            parts.append(_badge("transplanted", f"trace transplanted from {names}"))
+        if self.synthetic:
+            parts.append(_badge("synthetic", "synthetic demand: " + "; ".join(sorted(set(self.synthetic)))))
+        return '<div class="badges">' + "".join(parts) + "</div>"
+
+
+def _badge(kind: str, text: str) -> str:
+    return f'<span class="badge badge-{kind}">{escape(text)}</span>'
+
+
+def transplant_sources(sim_dicts: Iterable[dict]) -> tuple[str, ...]:
+    """Distinct `transplanted_from` models named by SimResult dicts (sorted; empty if none transplanted)."""
+    return tuple(sorted({str(d["transplanted_from"]) for d in sim_dicts if d.get("transplanted_from")}))

@@ -1,0 +1,91 @@
+"""Simulator runs the report makes itself: timelines and capacity curves (cheap, seconds).
+
+A run replays the measured demand of one trial: its trace (transplanted onto the study's target model
+when the runtime ran another model), or, when the trace directory is not on this machine, synthetic
+demand at the trial's measured correction and hit rates (labelled as such). The SimConfig mirrors the
+sweep's replay (dse/objective.py): the trial's knobs, the study's dense layers, tau None (the trace's
+own corrections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dse.report.data import ReportData, Run
+from dse.report.summary import hit_rate, overall_correction_rate
+
+__all__ = ["ReplayDemand", "replay_demand", "sim_config", "sim_method", "KNOB_KEYS"]
+
+KNOB_KEYS = ("page_size", "budget_tokens", "sink_tokens", "window_tokens")
+_RUNTIME_TO_SIM = {"full": "dense"}  # runtime policy name -> simulator method name (dse.objective.SIM_METHOD)
+
+
+def sim_method(config: dict[str, Any]) -> str:
+    method = str(config.get("method", "freekv"))
+    return _RUNTIME_TO_SIM.get(method, method)
+
+
+@dataclass(frozen=True)
+class ReplayDemand:
+    """demand: a sim.demand.Demand on the target model. transplanted_from / synthetic: as in SimResult."""
+
+    demand: Any
+    transplanted_from: str | None
+    synthetic: str | None
+
+
+def replay_demand(data: ReportData, run: Run, seed: int = 0) -> ReplayDemand | None:
+    """The run's trace as demand on data.model; synthetic at its measured rates when the trace is not
+    here; None when neither is possible (no trace and no measured rates)."""
+    from sim import demand_from_trace, synthetic_demand
+
+    if run.trace_dir and Path(run.trace_dir).is_dir():
+        demand = demand_from_trace(run.trace_dir, target_model=data.model)
+        return ReplayDemand(demand, demand.transplanted_from, None)
+    correction, hit = overall_correction_rate(run.trace_summary), hit_rate(run.trace_summary)
+    if correction is None or hit is None:
+        return None
+    spec = f"correction={correction:.4f},hit={hit:.4f}"
+    demand = synthetic_demand(spec, model=data.model, seed=seed)
+    return ReplayDemand(demand, None, f"{spec} (measured rates of the trace of {run.trace_dir})")
+
+
+def sim_config(
+    data: ReportData,
+    config: dict[str, Any],
+    profile: str,
+    *,
+    batch_size: int,
+    input_tokens: int,
+    output_tokens: int,
+    method: str | None = None,
+) -> Any:
+    """A SimConfig for `config`'s knobs on `profile` (method overrides config's method)."""
+    from sim import SimConfig
+
+    knobs = {k: int(config[k]) for k in KNOB_KEYS if config.get(k) is not None}
+    dense_layers = tuple((data.results.config.get("search") or {}).get("dense_layers", ()) or ())
+    return SimConfig(
+        model=data.model,
+        hardware=profile,
+        method=method or sim_method(config),
+        batch_size=batch_size,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        tau=None,
+        dense_layers=dense_layers,
+        **knobs,
+    )
+
+
+def workload(data: ReportData) -> dict[str, Any]:
+    """The study's workload (input_tokens, output_tokens, batch_sizes, context_lengths), with defaults
+    taken from the simulated results when the study stored none."""
+    w = dict(data.results.config.get("workload") or {})
+    w.setdefault("input_tokens", 600)
+    w.setdefault("output_tokens", 256)
+    w.setdefault("batch_sizes", [1])
+    w.setdefault("context_lengths", [])
+    return w

@@ -1,0 +1,112 @@
+"""Section 2, part 2: stream timelines of a typical and of a corrected decode step.
+
+The simulator re-runs the capacity configuration of the first profile (the recommendation, see
+dse/report/grid.py) at the study's batch and prompt length for `TIMELINE_STEPS` decode steps,
+replaying the measured demand. The steps shown are chosen from that same demand
+(dse/report/steps.py): the step with the median number of corrected heads, and the one with the most.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dse.report.data import ReportData, describe_config, run_label
+from dse.report.grid import grid_run
+from dse.report.page import Block, FigureBlock, NoteBlock
+from dse.report.provenance import Provenance
+from dse.report.simulate import replay_demand, sim_config, workload
+from dse.report.steps import choose_steps
+
+__all__ = ["timeline_blocks", "TIMELINE_STEPS"]
+
+TIMELINE_STEPS = 64
+
+
+def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
+    from sim.timeline import timeline_figure
+
+    from sim import run_simulation
+    from sim.demand import batch_demand
+    from traces.models import get_model
+
+    profile = data.profiles[0]
+    run = grid_run(data, profile)
+    demand = replay_demand(data, run, seed) if run is not None else None
+    if run is None or demand is None:
+        return [
+            NoteBlock(
+                f"No run on {profile} has a trace or measured rates to replay, so no stream timeline "
+                "is drawn.",
+                kind="warning",
+            )
+        ]
+    w = workload(data)
+    cfg = sim_config(
+        data,
+        run.config,
+        profile,
+        batch_size=int(w["batch_sizes"][0]),
+        input_tokens=int(w["input_tokens"]),
+        output_tokens=min(TIMELINE_STEPS, int(w["output_tokens"])),
+    )
+    # The demand exactly as the engine replays it (batch members' step offsets drawn from `seed`).
+    per_step = prepare(cfg, demand.demand, seed).ctx.demand.corrected_heads.sum(axis=1)
+    choice = choose_steps(per_step)
+    assert choice is not None  # output_tokens >= 1
+    result = run_simulation(cfg, demand.demand, seed=seed, timeline_steps=(choice.typical, choice.corrected))
+    prov = Provenance(
+        simulated=(f"stream timeline on {profile}",),
+        measured=(f"corrections and cache misses of {run_label(run)}",),
+        transplanted_from=(demand.transplanted_from,) if demand.transplanted_from else (),
+        synthetic=(demand.synthetic,) if demand.synthetic else (),
+    )
+    what = (
+        f"{describe_config(run.config)} ({run_label(run)}), {data.model} on {profile}, batch "
+        f"{cfg.batch_size}, "
+        f"prompt {cfg.input_tokens} tokens"
+    )
+    blocks: list[Block] = [
+        _figure(
+            result,
+            choice.typical,
+            timeline_figure,
+            prov,
+            title=f"Stream timeline of a typical step (step {choice.typical})",
+            caption=f"{what}. This step corrects {choice.typical_heads} (sequence, layer, KV head) "
+            "triples, the median "
+            f"over the {choice.n_steps} simulated steps: selection and recall for the next step run in the "
+            "background, hidden behind attention and FFN.",
+        )
+    ]
+    if choice.corrected_heads == 0:
+        blocks.append(
+            NoteBlock(
+                f"No simulated step of {what} corrects any head, so there is no corrected step to show.",
+                kind="info",
+            )
+        )
+    else:
+        blocks.append(
+            _figure(
+                result,
+                choice.corrected,
+                timeline_figure,
+                prov,
+                title=f"Stream timeline of a corrected step (step {choice.corrected})",
+                caption=f"{what}. This step corrects {choice.corrected_heads} triples, the most of the "
+                f"{choice.n_steps} simulated steps: for corrected heads, selection and the recall of missed "
+                "pages run synchronously before attention and show up on the critical path.",
+            )
+        )
+    return blocks
+
+
+def _figure(
+    result: Any, step: int, timeline_figure: Any, prov: Provenance, title: str, caption: str
+) -> FigureBlock:
+    events = result.timeline(step)  # [{name, stream, start_s, end_s, step, layer}]
+    fig = timeline_figure(events, title="")
+    n_streams = len({e["stream"] for e in events})
+    return FigureBlock(
+        title=title, figure=fig, caption=caption, provenance=prov, height_px=max(320, 120 + 34 * n_streams)
+    )

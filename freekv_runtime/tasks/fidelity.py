@@ -1,0 +1,129 @@
+"""Fidelity: how close the policy's next-token distributions stay to dense attention's, teacher-forced.
+
+Text: the prose of Python's reference (tasks/text.py), tokenized once. Sample i takes a window of
+`context_tokens` tokens at evenly spread offsets: the first `context_tokens - decode_tokens` are the
+prompt, the rest are fed one per decode step (teacher forcing), so policy and dense attention see the
+same tokens. Dense logits come from the full policy, cached in memory and on disk (per model, text and
+window) so that a sweep computes them once.
+
+Metrics, over all decode steps of all samples:
+- `top1_agreement`: share of steps where the policy's argmax token equals dense attention's.
+- `mean_kl`: mean KL(dense || policy) of the next-token distributions, in nats.
+- `attention_mass`: mean over steps, sparse layers (not in RuntimeConfig.dense_layers) and KV heads
+  of the share of dense attention probability the policy attended (1.0 for dense attention; NaN if
+  the policy did not measure it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from freekv_runtime.errors import RuntimeInputError
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.text import PROSE_SOURCE, reference_prose
+
+__all__ = ["FidelityTask", "kl_divergence_nats", "top1_agreement"]
+
+_TOKENS: dict[str, list[int]] = {}  # model_key -> tokenized prose
+_DENSE: dict[str, torch.Tensor] = {}  # cache key -> dense logits (N, V)
+
+
+def kl_divergence_nats(reference_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(reference) || softmax(logits)) per row: (N, V), (N, V) -> (N,) float64."""
+    ref_logp = torch.log_softmax(reference_logits.double(), dim=-1)
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    return (ref_logp.exp() * (ref_logp - logp)).sum(dim=-1).clamp_min(0.0)
+
+
+def top1_agreement(reference_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """(N, V), (N, V) -> (N,) bool: same argmax token."""
+    return reference_logits.argmax(dim=-1) == logits.argmax(dim=-1)
+
+
+def _prose_tokens(runner: SequenceRunner) -> list[int]:
+    if runner.model_key not in _TOKENS:
+        _TOKENS[runner.model_key] = list(runner.tokenizer(reference_prose(), add_special_tokens=False)["input_ids"])
+    return _TOKENS[runner.model_key]
+
+
+def _dense_cache_dir() -> Path:
+    from freekv_runtime.weights import cache_root
+
+    return cache_root() / "dense_logits"
+
+
+def _dense_logits(runner: SequenceRunner, prompt: list[int], forced: list[int]) -> torch.Tensor:
+    """Dense-attention logits (N, V) for this window, from memory, disk, or computed once."""
+    digest = hashlib.sha256(
+        f"{runner.model_key}|{PROSE_SOURCE}|{len(prompt)}|{len(forced)}|".encode()
+        + np.asarray(prompt + forced, dtype=np.int64).tobytes()
+    ).hexdigest()[:24]
+    if digest in _DENSE:
+        return _DENSE[digest]
+    path = _dense_cache_dir() / f"{digest}.pt"
+    if path.is_file():
+        logits = torch.load(path, map_location="cpu", weights_only=True)
+    else:
+        logits = runner.dense_teacher_forced(prompt, forced)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.part")
+        torch.save(logits, tmp)
+        os.replace(tmp, path)
+    _DENSE[digest] = logits
+    return logits
+
+
+class FidelityTask:
+    name = "fidelity"
+    metrics = ("top1_agreement", "mean_kl", "attention_mass")
+    default_decode_tokens = 64
+    needs_attention_mass = True
+
+    def windows(self, spec: TaskSpec, runner: SequenceRunner) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, forced ids) per sample: evenly spread windows of the tokenized prose."""
+        if spec.params:
+            raise RuntimeInputError(f"the fidelity task takes no params, got {sorted(spec.params)}")
+        n_forced = spec.decode_tokens or self.default_decode_tokens
+        n_prompt = spec.context_tokens - n_forced
+        if n_prompt < 16:
+            raise RuntimeInputError(
+                f"fidelity context_tokens ({spec.context_tokens}) must exceed decode_tokens ({n_forced}) "
+                "by at least 16 (context_tokens counts the prompt and the decoded tokens)"
+            )
+        tokens = _prose_tokens(runner)
+        room = len(tokens) - spec.context_tokens
+        if room < 0:
+            raise RuntimeInputError(
+                f"fidelity context_tokens {spec.context_tokens} exceeds the {len(tokens)} tokens of the "
+                f"offline text ({PROSE_SOURCE}); use a shorter context"
+            )
+        starts = np.linspace(0, room, spec.n_samples).astype(int) if spec.n_samples > 1 else [0]
+        return [
+            (tokens[s : s + n_prompt], tokens[s + n_prompt : s + spec.context_tokens]) for s in starts
+        ]
+
+    def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, float]:
+        """Metrics over all samples (`seed` is unused: windows are fixed)."""
+        agree: list[torch.Tensor] = []
+        kl: list[torch.Tensor] = []
+        mass: list[float] = []
+        sparse = None
+        for prompt, forced in self.windows(spec, runner):
+            dense = _dense_logits(runner, prompt, forced)
+            result = runner.teacher_forced(prompt, forced)
+            agree.append(top1_agreement(dense, result.logits))
+            kl.append(kl_divergence_nats(dense, result.logits))
+            if result.attention_mass is not None:
+                n_layers = result.attention_mass.shape[1]
+                sparse = [i for i in range(n_layers) if i not in runner.dense_layers] or list(range(n_layers))
+                mass.append(float(np.nanmean(result.attention_mass[:, sparse])))
+        return {
+            "top1_agreement": float(torch.cat(agree).double().mean()),
+            "mean_kl": float(torch.cat(kl).mean()),
+            "attention_mass": float(np.mean(mass)) if mass else float("nan"),
+        }

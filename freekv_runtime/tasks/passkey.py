@@ -1,0 +1,142 @@
+"""Passkey retrieval: find a 5-digit key hidden at some depth of a long filler text.
+
+Prompt (inside the model's chat template when it has one):
+    intro, filler ... needle "The pass key is 71432. Remember it. 71432 is the pass key." ... filler,
+    question "What is the pass key?"; the assistant turn starts with "The pass key is".
+Filler: the repeated sentences of the classic passkey test ("repeat") or prose of the Python reference
+("natural", see tasks/text.py). Sample i puts the needle at depth 5%..95% (evenly spread over the
+samples; 50% for one sample) and uses a key drawn from `numpy.random.default_rng(seed)`. The prompt is
+built from token ids so that prompt + decoded tokens = `context_tokens` exactly. Greedy decoding; a
+sample is correct if the key's digits appear in the decoded text. Metric: `passkey_accuracy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from freekv_runtime.errors import RuntimeInputError
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.text import reference_prose, split_sentences
+
+__all__ = ["PasskeyTask", "PasskeyPrompt", "build_prompt", "FILLERS"]
+
+INTRO = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+    "I will quiz you about the important information there."
+)
+REPEAT_SENTENCES = (
+    "The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.",
+)
+NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = "What is the pass key?"
+ANSWER_PREFIX = "The pass key is"
+FILLERS = ("repeat", "natural")
+_PLACEHOLDER = "\x00CONTENT\x00"
+
+
+@dataclass(frozen=True)
+class PasskeyPrompt:
+    """token_ids: the full prompt; needle_token: index of the needle's first token; key: the answer."""
+
+    token_ids: list[int]
+    needle_token: int
+    key: int
+    depth: float
+
+
+def _template(tokenizer: Any) -> tuple[str, str]:
+    """Text before and after the user content in the chat template (plain text if there is none)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": _PLACEHOLDER}], add_generation_prompt=True, tokenize=False
+        )
+        before, after = text.split(_PLACEHOLDER)
+        return before, after + ANSWER_PREFIX
+    return "", "\n\n" + ANSWER_PREFIX
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _filler_sentences(filler: str, rng: np.random.Generator) -> list[str]:
+    if filler == "repeat":
+        return list(REPEAT_SENTENCES)
+    sentences = split_sentences(reference_prose())
+    start = int(rng.integers(len(sentences)))
+    return sentences[start:] + sentences[:start]
+
+
+def build_prompt(
+    tokenizer: Any, prompt_tokens: int, depth: float, key: int, filler: str, rng: np.random.Generator
+) -> PasskeyPrompt:
+    """A passkey prompt of exactly `prompt_tokens` tokens with the needle at `depth` (0..1) of the filler."""
+    before, after = _template(tokenizer)
+    head = _encode(tokenizer, before + INTRO + "\n\n")
+    needle = _encode(tokenizer, " " + NEEDLE.format(key=key))
+    tail = _encode(tokenizer, "\n\n" + QUESTION + after)
+    n_filler = prompt_tokens - len(head) - len(needle) - len(tail)
+    if n_filler < 16:
+        raise RuntimeInputError(
+            f"passkey context_tokens too small: the template, needle and question alone take "
+            f"{prompt_tokens - n_filler} tokens; give at least {prompt_tokens - n_filler + 16 + 8}"
+        )
+    sentences = _filler_sentences(filler, rng)
+    pieces: list[list[int]] = []  # filler sentences as token ids, in order
+    cache: dict[str, list[int]] = {}
+    n_have, i = 0, 0
+    while n_have < n_filler:
+        sentence = sentences[i % len(sentences)]
+        if sentence not in cache:
+            cache[sentence] = _encode(tokenizer, " " + sentence)
+        ids = cache[sentence]
+        pieces.append(ids)
+        n_have += len(ids)
+        i += 1
+    # needle after the sentence boundary closest to depth * n_filler
+    target, n_before = depth * n_filler, 0
+    for ids in pieces:
+        if abs(n_before + len(ids) - target) > abs(n_before - target) or n_before + len(ids) > n_filler:
+            break
+        n_before += len(ids)
+    filler_ids = [t for ids in pieces for t in ids][:n_filler]  # last sentence may be cut short
+    token_ids = head + filler_ids[:n_before] + needle + filler_ids[n_before:] + tail
+    return PasskeyPrompt(token_ids=token_ids, needle_token=len(head) + n_before, key=key, depth=depth)
+
+
+class PasskeyTask:
+    name = "passkey"
+    metrics = ("passkey_accuracy",)
+    default_decode_tokens = 8
+    needs_attention_mass = False
+
+    def prompts(self, spec: TaskSpec, tokenizer: Any, seed: int) -> list[PasskeyPrompt]:
+        """The n_samples prompts of `spec` (deterministic in seed)."""
+        filler = spec.params.get("filler", "repeat")
+        if filler not in FILLERS:
+            raise RuntimeInputError(f"passkey filler must be one of {', '.join(FILLERS)}, got {filler!r}")
+        unknown = set(spec.params) - {"filler"}
+        if unknown:
+            raise RuntimeInputError(f"unknown passkey params {sorted(unknown)}: valid is 'filler'")
+        n = spec.n_samples
+        depths = np.linspace(0.05, 0.95, n) if n > 1 else np.array([0.5])
+        rng = np.random.default_rng(seed)
+        keys = rng.integers(10_000, 100_000, size=n)
+        decode_tokens = spec.decode_tokens or self.default_decode_tokens
+        prompt_tokens = spec.context_tokens - decode_tokens
+        return [
+            build_prompt(tokenizer, prompt_tokens, float(depth), int(key), filler, rng)
+            for depth, key in zip(depths, keys, strict=True)
+        ]
+
+    def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, float]:
+        decode_tokens = spec.decode_tokens or self.default_decode_tokens
+        correct = 0
+        for prompt in self.prompts(spec, runner.tokenizer, seed):
+            new_ids = runner.generate(prompt.token_ids, decode_tokens)
+            answer = runner.tokenizer.decode(new_ids, skip_special_tokens=True)
+            correct += str(prompt.key) in answer
+        return {"passkey_accuracy": correct / spec.n_samples}

@@ -1,0 +1,191 @@
+"""Page scoring from per-page key summaries, pooled over a GQA group (FreeKV / Quest selection).
+
+For query head j (KV head h = j // G) and page i with per-channel key bounds kmin[i], kmax[i]:
+
+    raw[j, i] = sum_d max(q[j, d] * kmax[i, d], q[j, d] * kmin[i, d])   (>= q . k for every key k of page i)
+    s[j, i]   = raw[j, i] / sqrt(d)
+
+Only pages in [page_lo, page_hi) are candidates (sink pages lie before, window / current pages from
+page_hi on). Pooling over the G query heads of a KV head:
+- "mean" (FreeKV group-consistent selection): softmax of s[j, :] over the candidate pages for each head,
+  then the mean of those G distributions;
+- "max" (Quest / RaaS made group-consistent): max over the group of s[j, i].
+Result (b, Hkv, P) float32, -inf outside the candidate range (all -inf where the range is empty).
+
+Shapes: q (b, Hq, d); kmin, kmax (b, Hkv, P, d), any float dtype, kmin <= kmax; page_lo, page_hi (b,)
+int32. Accumulation in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+
+__all__ = ["page_scores", "page_scores_reference", "page_scores_triton", "POOLINGS"]
+
+POOLINGS = ("mean", "max")
+# Upper bound on BLOCK_G * BLOCK_P * BLOCK_D, the (heads x pages x channels) product tile of one iteration.
+_MAX_TILE_ELEMS = 8192
+
+
+@triton.jit
+def _scaled_page_bounds(q, kmin, kmax, sm_scale):
+    """q (BG, BD) fp32, kmin/kmax (BP, BD) fp32 -> (BG, BP) scaled upper bounds of q . k per page."""
+    q3 = q[:, None, :]
+    bound = tl.maximum(q3 * kmax[None, :, :], q3 * kmin[None, :, :])
+    return tl.sum(bound, axis=2) * sm_scale
+
+
+@triton.jit
+def _page_scores_kernel(
+    q_ptr, kmin_ptr, kmax_ptr, lo_ptr, hi_ptr, out_ptr,
+    n_pages, group_size, head_dim, sm_scale,
+    stride_qb, stride_qh, stride_qd,
+    stride_nb, stride_nh, stride_np, stride_nd,
+    stride_xb, stride_xh, stride_xp, stride_xd,
+    stride_ob, stride_oh, stride_op,
+    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr, POOL_MAX: tl.constexpr,
+):
+    """One program per (batch, KV head); loops over the pages in blocks of BLOCK_P."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < group_size
+    d_mask = offs_d < head_dim
+
+    heads = h * group_size + offs_g
+    q_ptrs = q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+    lo = tl.load(lo_ptr + b)
+    hi = tl.load(hi_ptr + b)
+    kmin_base = kmin_ptr + b * stride_nb + h * stride_nh
+    kmax_base = kmax_ptr + b * stride_xb + h * stride_xh
+    out_base = out_ptr + b * stride_ob + h * stride_oh
+
+    # Pass 1 (mean pooling): per-head running max and softmax denominator over the candidates.
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    for start in range(0, n_pages, BLOCK_P):
+        pages = start + offs_p
+        cand = (pages >= lo) & (pages < hi) & (pages < n_pages)
+        tile_mask = cand[:, None] & d_mask[None, :]
+        kmin = tl.load(kmin_base + pages[:, None] * stride_np + offs_d[None, :] * stride_nd,
+                       mask=tile_mask, other=0.0).to(tl.float32)
+        kmax = tl.load(kmax_base + pages[:, None] * stride_xp + offs_d[None, :] * stride_xd,
+                       mask=tile_mask, other=0.0).to(tl.float32)
+        s = _scaled_page_bounds(q, kmin, kmax, sm_scale)
+        s = tl.where(cand[None, :], s, float("-inf"))
+        if POOL_MAX:
+            pooled = tl.max(tl.where(g_mask[:, None], s, float("-inf")), axis=0)
+            tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            l_i = l_i * tl.exp(m_i - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), axis=1)
+            m_i = m_new
+
+    # Pass 2 (mean pooling): normalised probabilities, averaged over the group's heads.
+    if not POOL_MAX:
+        m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+        inv_l = 1.0 / tl.where(l_i > 0.0, l_i, 1.0)
+        for start in range(0, n_pages, BLOCK_P):
+            pages = start + offs_p
+            cand = (pages >= lo) & (pages < hi) & (pages < n_pages)
+            tile_mask = cand[:, None] & d_mask[None, :]
+            kmin = tl.load(kmin_base + pages[:, None] * stride_np + offs_d[None, :] * stride_nd,
+                           mask=tile_mask, other=0.0).to(tl.float32)
+            kmax = tl.load(kmax_base + pages[:, None] * stride_xp + offs_d[None, :] * stride_xd,
+                           mask=tile_mask, other=0.0).to(tl.float32)
+            s = _scaled_page_bounds(q, kmin, kmax, sm_scale)
+            p = tl.exp(s - m_safe[:, None]) * inv_l[:, None]
+            p = tl.where(g_mask[:, None] & cand[None, :], p, 0.0)
+            pooled = tl.sum(p, axis=0) / group_size
+            pooled = tl.where(cand, pooled, float("-inf"))
+            tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
+
+
+def _check_args(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+    pooling: str,
+) -> tuple[int, int, int, int, int]:
+    """Validate and return (b, Hkv, G, P, d)."""
+    check_float("q", q, 3)
+    check_float("kmin", kmin, 4)
+    check_float("kmax", kmax, 4)
+    b, hq, d = q.shape
+    require(kmin.shape == kmax.shape, f"kmin and kmax must have one shape, got {tuple(kmin.shape)} and "
+            f"{tuple(kmax.shape)}")
+    kb, hkv, n_pages, kd = kmin.shape
+    require(kb == b and kd == d, f"kmin/kmax must be (b={b}, Hkv, P, d={d}), got {tuple(kmin.shape)}")
+    require(hkv >= 1 and hq % hkv == 0, f"q heads ({hq}) must be a multiple of kmin/kmax heads ({hkv})")
+    require(n_pages >= 1, "kmin/kmax must hold at least one page (P >= 1)")
+    check_int32("page_lo", page_lo, (b,))
+    check_int32("page_hi", page_hi, (b,))
+    require(pooling in POOLINGS, f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    same_device(q=q, kmin=kmin, kmax=kmax, page_lo=page_lo, page_hi=page_hi)
+    return b, hkv, hq // hkv, n_pages, d
+
+
+def page_scores_reference(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+    pooling: str = "mean",
+) -> torch.Tensor:
+    """Plain-torch page scores (b, Hkv, P) float32; see the module docstring.
+
+    Uses max(q*a, q*c) = q*(a+c)/2 + |q|*(a-c)/2 for a >= c, which turns the bound into two matmuls.
+    """
+    b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
+    qf = q.float().reshape(b, hkv, group, d)
+    lo_f, hi_f = kmin.float(), kmax.float()
+    center = (hi_f + lo_f) * 0.5
+    radius = (hi_f - lo_f) * 0.5
+    raw = qf @ center.transpose(-1, -2) + qf.abs() @ radius.transpose(-1, -2)  # (b, Hkv, G, P)
+    scores = raw * (1.0 / math.sqrt(d))
+    pages = torch.arange(n_pages, device=q.device)
+    cand = (pages >= page_lo[:, None]) & (pages < page_hi[:, None])  # (b, P)
+    cand = cand[:, None, None, :]
+    scores = scores.masked_fill(~cand, float("-inf"))
+    if pooling == "max":
+        return scores.amax(dim=2).contiguous()
+    m = scores.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(scores - m)
+    denom = e.sum(dim=-1, keepdim=True)
+    probs = e / torch.where(denom > 0, denom, torch.ones_like(denom))
+    pooled = probs.mean(dim=2)
+    return pooled.masked_fill(~cand[:, :, 0, :], float("-inf")).contiguous()
+
+
+def page_scores_triton(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+    pooling: str = "mean",
+) -> torch.Tensor:
+    """Triton page scores; same contract as `page_scores_reference`."""
+    b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
+    out = torch.empty((b, hkv, n_pages), dtype=torch.float32, device=q.device)
+    block_g, block_d = next_pow2(group), next_pow2(d)
+    block_p = max(1, min(next_pow2(n_pages), _MAX_TILE_ELEMS // (block_g * block_d)))
+    _page_scores_kernel[(b, hkv)](
+        q, kmin, kmax, page_lo, page_hi, out,
+        n_pages, group, d, 1.0 / math.sqrt(d),
+        *q.stride(), *kmin.stride(), *kmax.stride(), *out.stride(),
+        BLOCK_G=block_g, BLOCK_P=block_p, BLOCK_D=block_d, POOL_MAX=(pooling == "max"),
+    )
+    return out
+
+
+def page_scores(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+    pooling: str = "mean",
+) -> torch.Tensor:
+    """Page scores (b, Hkv, P) float32: Triton on CUDA (or when forced), the torch reference otherwise."""
+    if use_triton(q, kmin, kmax, page_lo, page_hi):
+        return page_scores_triton(q, kmin, kmax, page_lo, page_hi, pooling)
+    return page_scores_reference(q, kmin, kmax, page_lo, page_hi, pooling)

@@ -1,0 +1,111 @@
+"""HND -> NHD conversion of recalled head-pages: the GPU half of FreeKV's double-buffered recall.
+
+Recalled runs land in a staging buffer in the host (HND) run layout: staging[i, 0] holds the p keys and
+staging[i, 1] the p values (each (p, d)) of KV head head_ids[i] of one page. They are scattered into
+the NHD cache: k_cache[slot_ids[i], :, head_ids[i], :] = staging[i, 0] and likewise for v_cache.
+
+Shapes: staging (n, 2, p, d); head_ids, slot_ids (n,) int32; k_cache, v_cache (n_slots, p, Hkv, d), same
+dtype as staging. In place; returns None. Pairs (slot, head) must be distinct within one call.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+
+__all__ = ["recall_hnd_to_nhd", "recall_hnd_to_nhd_reference", "recall_hnd_to_nhd_triton"]
+
+
+@triton.jit
+def _recall_hnd_to_nhd_kernel(
+    staging_ptr, head_ptr, slot_ptr, k_ptr, v_ptr,
+    page_size, head_dim,
+    stride_sn, stride_skv, stride_st, stride_sd,
+    stride_ks, stride_kt, stride_kh, stride_kd,
+    stride_vs, stride_vt, stride_vh, stride_vd,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One program per recalled head-page: copy its K run and V run into the NHD cache slot."""
+    i = tl.program_id(0)
+    offs_t = tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_t[:, None] < page_size) & (offs_d[None, :] < head_dim)
+    head = tl.load(head_ptr + i).to(tl.int64)
+    slot = tl.load(slot_ptr + i).to(tl.int64)
+    src = staging_ptr + i.to(tl.int64) * stride_sn + offs_t[:, None] * stride_st + offs_d[None, :] * stride_sd
+    keys = tl.load(src, mask=mask)
+    values = tl.load(src + stride_skv, mask=mask)
+    k_dst = k_ptr + slot * stride_ks + head * stride_kh + offs_t[:, None] * stride_kt
+    v_dst = v_ptr + slot * stride_vs + head * stride_vh + offs_t[:, None] * stride_vt
+    k_dst += offs_d[None, :] * stride_kd
+    v_dst += offs_d[None, :] * stride_vd
+    tl.store(k_dst, keys, mask=mask)
+    tl.store(v_dst, values, mask=mask)
+
+
+def _check_args(
+    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    check_float("staging", staging, 4)
+    check_float("k_cache", k_cache, 4)
+    check_float("v_cache", v_cache, 4)
+    n, two, page_size, d = staging.shape
+    n_slots, cp, hkv, cd = k_cache.shape
+    require(two == 2, f"staging must be (n, 2, p, d): [i, 0] keys, [i, 1] values; got {tuple(staging.shape)}")
+    require(k_cache.shape == v_cache.shape, f"k_cache and v_cache must have one shape, got "
+            f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    require((cp, cd) == (page_size, d), f"caches must be (n_slots, p={page_size}, Hkv, d={d}) NHD, got "
+            f"{tuple(k_cache.shape)}")
+    require(staging.dtype == k_cache.dtype == v_cache.dtype,
+            f"staging, k_cache and v_cache must share a dtype, got {staging.dtype}, {k_cache.dtype}, "
+            f"{v_cache.dtype}")
+    check_int32("head_ids", head_ids, (n,))
+    check_int32("slot_ids", slot_ids, (n,))
+    same_device(staging=staging, head_ids=head_ids, slot_ids=slot_ids, k_cache=k_cache, v_cache=v_cache)
+    if not staging.is_cuda:
+        require(bool(((head_ids >= 0) & (head_ids < hkv)).all()), f"head_ids must lie in [0, Hkv={hkv})")
+        require(bool(((slot_ids >= 0) & (slot_ids < n_slots)).all()),
+                f"slot_ids must lie in [0, n_slots={n_slots})")
+
+
+def recall_hnd_to_nhd_reference(
+    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    """Plain-torch scatter of recalled HND runs into the NHD caches (in place)."""
+    _check_args(staging, head_ids, slot_ids, k_cache, v_cache)
+    slots, heads = slot_ids.long(), head_ids.long()
+    k_cache[slots, :, heads, :] = staging[:, 0]
+    v_cache[slots, :, heads, :] = staging[:, 1]
+
+
+def recall_hnd_to_nhd_triton(
+    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    """Triton scatter; same contract as `recall_hnd_to_nhd_reference`."""
+    _check_args(staging, head_ids, slot_ids, k_cache, v_cache)
+    n, _, page_size, d = staging.shape
+    if n == 0:
+        return
+    _recall_hnd_to_nhd_kernel[(n,)](
+        staging, head_ids, slot_ids, k_cache, v_cache,
+        page_size, d,
+        *staging.stride(), *k_cache.stride(), *v_cache.stride(),
+        BLOCK_T=next_pow2(page_size), BLOCK_D=next_pow2(d),
+    )
+
+
+def recall_hnd_to_nhd(
+    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    """HND -> NHD recall conversion (in place): Triton on CUDA (or when forced), torch otherwise."""
+    if use_triton(staging, head_ids, slot_ids, k_cache, v_cache):
+        recall_hnd_to_nhd_triton(staging, head_ids, slot_ids, k_cache, v_cache)
+    else:
+        recall_hnd_to_nhd_reference(staging, head_ids, slot_ids, k_cache, v_cache)

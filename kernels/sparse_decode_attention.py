@@ -1,0 +1,282 @@
+"""Sparse decode attention over a per-KV-head page table (sink + selected + window pages), GQA-aware.
+
+Each (batch b, KV head h) attends to the pages listed in page_table[b, h, :n_pages[b, h]] (slot ids in
+the NHD cache). Every listed page is full except the last, which holds last_page_tokens[b] tokens
+(1..p). For query head j of the group of h:
+
+    o[b, j] = softmax(q[b, j] . K^T / sqrt(d)) V          over the listed tokens (fp32 accumulation)
+    lse[b, j] = log sum exp(q[b, j] . K^T / sqrt(d))        (natural log; -inf when nothing is listed)
+
+A (b, h) with n_pages = 0 gets o = 0. The Triton kernel runs one program per (b, KV head) that serves all
+G query heads of the group with an online softmax, so each K/V page is read from memory once.
+
+Shapes: q (b, Hq, d); k_cache, v_cache (n_slots, p, Hkv, d) "NHD"; page_table (b, Hkv, M) int32;
+n_pages (b, Hkv) int32 in [0, M]; last_page_tokens (b,) int32. Output (b, Hq, d) in q's dtype, and with
+return_lse=True also lse (b, Hq) float32. Entries of page_table past n_pages are never read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+
+__all__ = ["sparse_decode_attention", "sparse_decode_attention_reference", "sparse_decode_attention_triton"]
+
+_MIN_PAGES_PER_SPLIT = 4  # a split streams at least this many pages (amortises its partial write)
+_MAX_SPLITS = 64
+
+
+@triton.jit
+def _sparse_decode_kernel(
+    q_ptr, k_ptr, v_ptr, table_ptr, npages_ptr, last_ptr, out_ptr, lse_ptr, pacc_ptr, pml_ptr,
+    group_size, head_dim, page_size, pages_per_split, sm_scale,
+    stride_qb, stride_qh, stride_qd,
+    stride_ks, stride_kt, stride_kh, stride_kd,
+    stride_vs, stride_vt, stride_vh, stride_vd,
+    stride_tb, stride_th, stride_tm,
+    stride_nb, stride_nh,
+    stride_ob, stride_oh, stride_od,
+    stride_lb, stride_lh,
+    stride_ab, stride_ah, stride_as, stride_ad,
+    stride_mb, stride_mh, stride_ms, stride_mk,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STORE_LSE: tl.constexpr,
+    SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """One program per (batch, KV head, split): all G query heads over the split's listed pages.
+
+    Online softmax over the pages j in [split * pages_per_split, ...) of the (b, h) list. Without SPLIT
+    (one split) the program normalises and writes out / lse; with SPLIT it writes its unnormalised
+    partial (acc, running max m, denominator l) for `_combine_splits_kernel`.
+    Operands are widened to fp32 before tl.dot: with DOT_PRECISION="tf32" the products of fp16/bf16
+    inputs stay exact (tf32 holds their mantissas) and run on tensor cores; fp32 caches use "ieee".
+    (Widening also sidesteps the Triton 3.9 interpreter's wrong results for bf16 tl.dot.)
+    """
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    split = tl.program_id(2)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_t = tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < group_size
+    d_mask = offs_d < head_dim
+    heads = h * group_size + offs_g
+
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+    n = tl.load(npages_ptr + b * stride_nb + h * stride_nh)
+    last = tl.load(last_ptr + b)
+    first = split * pages_per_split
+    stop = tl.minimum(n, first + pages_per_split)
+    table_base = table_ptr + b * stride_tb + h * stride_th
+    k_base = k_ptr + h * stride_kh + offs_t[:, None] * stride_kt + offs_d[None, :] * stride_kd
+    v_base = v_ptr + h * stride_vh + offs_t[:, None] * stride_vt + offs_d[None, :] * stride_vd
+
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for j in range(first, stop):
+        slot = tl.load(table_base + j * stride_tm).to(tl.int64)
+        n_tok = tl.where(j == n - 1, last, page_size)
+        t_mask = offs_t < n_tok
+        kv_mask = t_mask[:, None] & d_mask[None, :]
+        k = tl.load(k_base + slot * stride_ks, mask=kv_mask, other=0.0).to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # (BG, BT)
+        s = tl.where(t_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + slot * stride_vs, mask=kv_mask, other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    if SPLIT:
+        pacc = pacc_ptr + b * stride_ab + heads[:, None] * stride_ah + split * stride_as
+        tl.store(pacc + offs_d[None, :] * stride_ad, acc, mask=g_mask[:, None] & d_mask[None, :])
+        pml = pml_ptr + b * stride_mb + heads * stride_mh + split * stride_ms
+        tl.store(pml, m_i, mask=g_mask)
+        tl.store(pml + stride_mk, l_i, mask=g_mask)
+    else:
+        has_mass = l_i > 0.0
+        out = acc / tl.where(has_mass, l_i, 1.0)[:, None]
+        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :] * stride_od,
+                 out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
+        if STORE_LSE:
+            lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
+            tl.store(lse_ptr + b * stride_lb + heads * stride_lh, lse, mask=g_mask)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    pacc_ptr, pml_ptr, out_ptr, lse_ptr,
+    n_splits, head_dim,
+    stride_ab, stride_ah, stride_as, stride_ad,
+    stride_mb, stride_mh, stride_ms, stride_mk,
+    stride_ob, stride_oh, stride_od,
+    stride_lb, stride_lh,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    """One program per (batch, query head): merge the splits' partial softmaxes (log-sum-exp rule)."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_mask = offs_s < n_splits
+    d_mask = offs_d < head_dim
+    pml = pml_ptr + b * stride_mb + j * stride_mh + offs_s * stride_ms
+    m_s = tl.load(pml, mask=s_mask, other=float("-inf"))
+    l_s = tl.load(pml + stride_mk, mask=s_mask, other=0.0)
+    acc = tl.load(pacc_ptr + b * stride_ab + j * stride_ah + offs_s[:, None] * stride_as
+                  + offs_d[None, :] * stride_ad, mask=s_mask[:, None] & d_mask[None, :], other=0.0)
+    m_max = tl.max(m_s, axis=0)
+    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
+    w = tl.exp(m_s - m_safe)  # 0 for empty splits (m_s = -inf)
+    total = tl.sum(w * l_s, axis=0)
+    has_mass = total > 0.0
+    out = tl.sum(acc * w[:, None], axis=0) / tl.where(has_mass, total, 1.0)
+    tl.store(out_ptr + b * stride_ob + j * stride_oh + offs_d * stride_od,
+             out.to(out_ptr.dtype.element_ty), mask=d_mask)
+    if STORE_LSE:
+        lse = tl.where(has_mass, m_safe + tl.log(tl.where(has_mass, total, 1.0)), float("-inf"))
+        tl.store(lse_ptr + b * stride_lb + j * stride_lh, lse)
+
+
+def _check_args(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor,
+) -> tuple[int, int, int, int, int]:
+    """Validate and return (b, Hkv, G, p, d). Values are checked only for CPU tensors (no device sync)."""
+    check_float("q", q, 3)
+    check_float("k_cache", k_cache, 4)
+    check_float("v_cache", v_cache, 4)
+    b, hq, d = q.shape
+    require(k_cache.shape == v_cache.shape and k_cache.dtype == v_cache.dtype,
+            f"k_cache and v_cache must match, got {tuple(k_cache.shape)} {k_cache.dtype} and "
+            f"{tuple(v_cache.shape)} {v_cache.dtype}")
+    n_slots, page_size, hkv, kd = k_cache.shape
+    require(kd == d, f"k_cache must be (n_slots, p, Hkv, d={d}) NHD, got {tuple(k_cache.shape)}")
+    require(hkv >= 1 and hq % hkv == 0, f"q heads ({hq}) must be a multiple of cache KV heads ({hkv})")
+    require(page_size >= 1, "k_cache page size p must be >= 1")
+    require(isinstance(page_table, torch.Tensor) and page_table.dim() == 3
+            and tuple(page_table.shape[:2]) == (b, hkv),
+            f"page_table must be (b={b}, Hkv={hkv}, M), got {tuple(getattr(page_table, 'shape', ()))}")
+    check_int32("page_table", page_table, tuple(page_table.shape))
+    check_int32("n_pages", n_pages, (b, hkv))
+    check_int32("last_page_tokens", last_page_tokens, (b,))
+    same_device(q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, n_pages=n_pages,
+                last_page_tokens=last_page_tokens)
+    if not q.is_cuda:
+        m = page_table.shape[2]
+        require(bool(((n_pages >= 0) & (n_pages <= m)).all()), f"n_pages must lie in [0, M={m}]")
+        require(bool(((last_page_tokens >= 1) & (last_page_tokens <= page_size)).all()),
+                f"last_page_tokens must lie in [1, p={page_size}]")
+        listed = torch.arange(m, device=q.device) < n_pages[..., None]
+        slots = page_table[listed]
+        require(bool(((slots >= 0) & (slots < n_slots)).all()),
+                f"listed page_table entries must be slot ids in [0, n_slots={n_slots})")
+    return b, hkv, hq // hkv, page_size, d
+
+
+def sparse_decode_attention_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Plain-torch sparse decode attention (gathers the listed pages, masked softmax in fp32)."""
+    b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens)
+    m = page_table.shape[2]
+    listed = torch.arange(m, device=q.device) < n_pages[..., None]  # (b, Hkv, M)
+    slots = torch.where(listed, page_table, 0).long()
+    heads = torch.arange(hkv, device=q.device)[None, :, None]
+    k = k_cache[slots, :, heads, :].float()  # (b, Hkv, M, p, d)
+    v = v_cache[slots, :, heads, :].float()
+    is_last = torch.arange(m, device=q.device) == (n_pages[..., None] - 1)
+    n_tok = torch.where(is_last, last_page_tokens[:, None, None], page_size)
+    n_tok = torch.where(listed, n_tok, 0)  # (b, Hkv, M)
+    valid = torch.arange(page_size, device=q.device) < n_tok[..., None]  # (b, Hkv, M, p)
+    k = k.reshape(b, hkv, m * page_size, d)
+    v = v.reshape(b, hkv, m * page_size, d)
+    valid = valid.reshape(b, hkv, 1, m * page_size)
+    qf = q.float().reshape(b, hkv, group, d)
+    s = (qf @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (b, Hkv, G, M*p)
+    s = s.masked_fill(~valid, float("-inf"))
+    s_max = s.amax(dim=-1, keepdim=True)
+    s_max = torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max))
+    e = torch.exp(s - s_max)
+    denom = e.sum(dim=-1, keepdim=True)
+    out = (e @ v) / torch.where(denom > 0, denom, torch.ones_like(denom))
+    out = out.reshape(b, hkv * group, d).to(q.dtype)
+    if not return_lse:
+        return out
+    lse = torch.where(denom > 0, s_max + torch.log(denom), torch.full_like(denom, float("-inf")))
+    return out, lse.reshape(b, hkv * group)
+
+
+def _default_splits(q: torch.Tensor, b: int, hkv: int, max_pages: int) -> int:
+    """Splits of each page list so that a CUDA launch has about two programs per SM; 1 elsewhere."""
+    if not q.is_cuda or max_pages <= _MIN_PAGES_PER_SPLIT:
+        return 1
+    target = 2 * torch.cuda.get_device_properties(q.device).multi_processor_count
+    wanted = math.ceil(target / max(1, b * hkv))
+    return max(1, min(wanted, max_pages // _MIN_PAGES_PER_SPLIT, _MAX_SPLITS))
+
+
+def sparse_decode_attention_triton(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False,
+    num_splits: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Triton sparse decode attention; same contract as `sparse_decode_attention_reference`.
+
+    num_splits: split each (b, h) page list into this many chunks handled by separate programs and
+    merged by a second kernel (flash-decoding); None picks ~2 programs per SM on CUDA, 1 elsewhere.
+    """
+    b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens)
+    max_pages = page_table.shape[2]
+    if num_splits is None:
+        num_splits = _default_splits(q, b, hkv, max_pages)
+    require(isinstance(num_splits, int) and num_splits >= 1,
+            f"num_splits must be an int >= 1, got {num_splits!r}")
+    pages_per_split = max(1, math.ceil(max_pages / num_splits))
+    num_splits = max(1, math.ceil(max_pages / pages_per_split))
+    split = num_splits > 1
+    out = torch.empty_like(q)
+    lse = torch.empty((b, hkv * group), dtype=torch.float32, device=q.device)
+    parts = (1, 1) if not split else (num_splits, d)
+    pacc = torch.empty((b, hkv * group, parts[0], parts[1]), dtype=torch.float32, device=q.device)
+    pml = torch.empty((b, hkv * group, parts[0], 2), dtype=torch.float32, device=q.device)
+    block_d = max(16, next_pow2(d))
+    # tl.dot needs every block dimension >= 16 when compiled; padding rows/columns are masked.
+    _sparse_decode_kernel[(b, hkv, num_splits)](
+        q, k_cache, v_cache, page_table, n_pages, last_page_tokens, out, lse, pacc, pml,
+        group, d, page_size, pages_per_split, 1.0 / math.sqrt(d),
+        *q.stride(), *k_cache.stride(), *v_cache.stride(), *page_table.stride(), *n_pages.stride(),
+        *out.stride(), *lse.stride(), *pacc.stride(), *pml.stride(),
+        BLOCK_G=max(16, next_pow2(group)), BLOCK_T=max(16, next_pow2(page_size)), BLOCK_D=block_d,
+        STORE_LSE=return_lse, SPLIT=split,
+        DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
+    )
+    if split:
+        _combine_splits_kernel[(b, hkv * group)](
+            pacc, pml, out, lse,
+            num_splits, d,
+            *pacc.stride(), *pml.stride(), *out.stride(), *lse.stride(),
+            BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d, STORE_LSE=return_lse,
+        )
+    return (out, lse) if return_lse else out
+
+
+def sparse_decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Sparse decode attention: Triton on CUDA (or when forced), the torch reference otherwise."""
+    if use_triton(q, k_cache, v_cache, page_table, n_pages, last_page_tokens):
+        return sparse_decode_attention_triton(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
+                                              return_lse)
+    return sparse_decode_attention_reference(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
+                                             return_lse)

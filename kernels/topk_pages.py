@@ -1,0 +1,93 @@
+"""Top-k page selection per (batch, KV head), deterministic.
+
+`topk_pages(scores, k)`: scores (b, Hkv, P) float (-inf or NaN = not a candidate) -> (b, Hkv, k) int32
+page indices, highest score first, ties broken by the lower page index. Where fewer than k finite
+candidates exist, the tail is padded with -1.
+
+The Triton kernel is one program per (batch, KV head) holding the whole score row in one block and
+extracting the maximum k times (O(k * P) work, fine for k of tens and P up to `MAX_TRITON_PAGES`). Rows
+longer than `MAX_TRITON_PAGES` fall back to the torch reference (same result, documented limit).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._common import next_pow2, require, use_triton
+
+__all__ = ["topk_pages", "topk_pages_reference", "topk_pages_triton", "MAX_TRITON_PAGES"]
+
+MAX_TRITON_PAGES = 8192  # one block holds a whole score row (8192 pages = 256K tokens at p = 32)
+
+
+@triton.jit
+def _topk_pages_kernel(
+    scores_ptr, out_ptr,
+    n_pages, k,
+    stride_sb, stride_sh, stride_sp,
+    stride_ob, stride_oh, stride_ok,
+    BLOCK_P: tl.constexpr,
+):
+    """One program per (batch, KV head): k rounds of (max, lowest index at the max, remove it)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_P)
+    s = tl.load(scores_ptr + b * stride_sb + h * stride_sh + offs * stride_sp,
+                mask=offs < n_pages, other=float("-inf")).to(tl.float32)
+    alive = (offs < n_pages) & (s > float("-inf"))  # NaN compares False: never a candidate
+    out_base = out_ptr + b * stride_ob + h * stride_oh
+    for i in range(0, k):
+        best = tl.max(tl.where(alive, s, float("-inf")), axis=0)
+        at_best = alive & (s == best)
+        idx = tl.min(tl.where(at_best, offs, BLOCK_P), axis=0)
+        found = idx < BLOCK_P
+        tl.store(out_base + i * stride_ok, tl.where(found, idx, -1).to(tl.int32))
+        alive = alive & (offs != idx)
+
+
+def _check_args(scores: torch.Tensor, k: int) -> None:
+    require(isinstance(scores, torch.Tensor) and scores.dim() == 3,
+            f"scores must be a (b, Hkv, P) tensor, got {getattr(scores, 'shape', type(scores).__name__)}")
+    require(scores.is_floating_point(), f"scores must be a float tensor, got {scores.dtype}")
+    require(isinstance(k, int) and k >= 0, f"k must be a non-negative int, got {k!r}")
+
+
+def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Plain-torch top-k: stable descending sort (ties keep the lower index first), -1 padding."""
+    _check_args(scores, k)
+    b, hkv, n_pages = scores.shape
+    s = scores.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    values, order = torch.sort(s, dim=-1, descending=True, stable=True)
+    take = min(k, n_pages)
+    idx = torch.where(values[..., :take] > float("-inf"), order[..., :take], -1).to(torch.int32)
+    if take < k:
+        pad = torch.full((b, hkv, k - take), -1, dtype=torch.int32, device=scores.device)
+        idx = torch.cat([idx, pad], dim=-1)
+    return idx.contiguous()
+
+
+def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Triton top-k; same contract as `topk_pages_reference`. Falls back to it for P > MAX_TRITON_PAGES."""
+    _check_args(scores, k)
+    b, hkv, n_pages = scores.shape
+    if n_pages > MAX_TRITON_PAGES:
+        return topk_pages_reference(scores, k)
+    out = torch.empty((b, hkv, k), dtype=torch.int32, device=scores.device)
+    if k == 0 or b * hkv == 0:
+        return out
+    _topk_pages_kernel[(b, hkv)](
+        scores, out,
+        n_pages, k,
+        *scores.stride(), *out.stride(),
+        BLOCK_P=next_pow2(max(n_pages, 1)),
+    )
+    return out
+
+
+def topk_pages(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k pages (b, Hkv, k) int32: Triton on CUDA (or when forced), the torch reference otherwise."""
+    if use_triton(scores):
+        return topk_pages_triton(scores, k)
+    return topk_pages_reference(scores, k)

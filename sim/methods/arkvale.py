@@ -1,0 +1,176 @@
+"""ArkVale: page eviction to host memory with recall of pages whose digests score high again.
+
+Source: Chen et al., "ArkVale: Efficient Generative LLM Inference with Recallable Key-Value Eviction"
+(NeurIPS 2024) and its code (pku-liang/ArkVale; a copy read at AndreyBocharnikov/ArkVale,
+source/arkvale/infer_state.py and kv_cache.py). Assumptions (docs/methods.md has the discussion):
+
+- Offload: every filled page is backed up to a pinned host pool (device->host, one page of all KV
+  heads per sequence, contiguous) when it leaves the window; the GPU keeps `budget_tokens` per KV head
+  (sink + cached pages + window) and a digest per page: a bounding box of its keys (centre +- mean
+  absolute deviation, 2 * d elements per page and KV head, computed when the page fills).
+- Every decode step and every (non-dense) layer, on the critical path and blocking: score all
+  candidate pages from their digests, top-k, compare with the pages resident on GPU (ArkVale's own
+  cache reuse), read the list of pages to recall back to the host (a host sync: the code indexes GPU
+  tensors from Python to loop over them), then recall every missed page and only then attend.
+  No speculation: nothing overlaps the recall except what the copy engine does.
+- Recall granularity: one copy per (sequence, selection group, missed page). The host pool keeps the
+  GPU's NHD page layout (2, p, n_kv, d), so the part of a page that belongs to a group of
+  `group_heads` KV heads is 2 * p runs of group_heads * d elements (256 B for one head of d = 128 in
+  bf16): fragmented transfers. Default group_heads = 1 (one page set per KV head, as in the FreeKV
+  paper's comparison, where every method selects per KV head); group_heads = n_kv_heads models the
+  code's default of one page set for all heads (whole pages, contiguous).
+- Copies are issued one by one by the single Python thread (issue_threads = 1). `issue_overhead_s`
+  adds per-copy host time beyond the driver's cudaMemcpyAsync cost (e.g. Python/torch dispatch of the
+  per-page `copy_`); default 0 models the hardware limit.
+- Recall demand: the pages that missed the GPU cache, from the trace (all misses are synchronous here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from traces.models import ModelSpec
+
+__all__ = ["ArkVale"]
+
+
+@dataclass(frozen=True)
+class ArkVale(Method):
+    """ArkVale (module docstring). group_heads: KV heads per selection group; issue_overhead_s: s/copy."""
+
+    group_heads: int = 1
+    issue_overhead_s: float = 0.0
+
+    name: ClassVar[str] = "arkvale"
+    summary: ClassVar[str] = "pages backed up to host, digest scores every step, blocking recall of misses"
+    sources: ClassVar[tuple[str, ...]] = (
+        "Chen et al., ArkVale: Efficient Generative LLM Inference with Recallable Key-Value Eviction "
+        "(NeurIPS 2024): page digests, backup of evicted pages, recall of pages that become important",
+        "pku-liang/ArkVale code (read at AndreyBocharnikov/ArkVale source/arkvale/infer_state.py): "
+        "estimate_select_recall per layer, per-page copy_ loop over (batch, group), NHD page pool",
+    )
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.group_heads, int)
+            or isinstance(self.group_heads, bool)
+            or self.group_heads < 1
+        ):
+            raise SimInputError(
+                f"method_options.group_heads must be a positive integer, got {self.group_heads!r}"
+            )
+        if not isinstance(self.issue_overhead_s, (int, float)) or self.issue_overhead_s < 0:
+            raise SimInputError(
+                "method_options.issue_overhead_s must be a number >= 0 (seconds), "
+                f"got {self.issue_overhead_s!r}"
+            )
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise SimInputError(
+                f"method 'arkvale': unknown method_options {unknown}; valid: {', '.join(valid)}"
+            )
+        return cls(**opts)
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("digest", ("compute",), category="other"),
+            OpSpec("backup", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
+            OpSpec("select", ("compute",), host_sync=True, category="select"),
+            OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
+            OpSpec("attention", ("compute",), (Dep("recall"),)),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def _group_heads(self, model: ModelSpec) -> int:
+        if model.n_kv_heads % self.group_heads:
+            raise SimInputError(
+                f"method_options.group_heads={self.group_heads} must divide {model.name}'s "
+                f"{model.n_kv_heads} KV heads"
+            )
+        return self.group_heads
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
+        b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
+        dense = dem.dense_layer[None, :]
+        gh = self._group_heads(m)
+        # a group's share of a page: K and V, p tokens each, gh heads of d elements per token (NHD)
+        copy_bytes = 2 * p * gh * d * dt
+        run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
+        # missed (sequence, KV head, page) from the trace; a group recalls a page once for its gh heads
+        copies = -(-dem.missed_total // gh)
+        copies = np.where(dense, 0, copies).astype(np.int64)
+        select = ctx.full(cost.select_s(dem.candidate_pages))
+        has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense
+        page_done = ctx.full(((dem.context_tokens % p) == 0).astype(np.float64)) > 0
+        page_done &= ~dense
+        page_all_heads = 2 * p * m.n_kv_heads * d * dt
+        digest = float(cost.kernel_s(4.0 * b * m.n_kv_heads * p * d, b * m.n_kv_heads * (p + 2) * d * dt, 1))
+        tokens = np.where(
+            dense, dem.context_tokens[:, None], np.minimum(dem.context_tokens, cfg.budget_tokens)[:, None]
+        )
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "digest": Kernel(np.where(page_done, digest, 0.0)),
+            "backup": Transfer(
+                direction="d2h",
+                n_copies=np.where(page_done, b, 0).astype(np.int64),
+                copy_s=float(cost.copy_s(page_all_heads, page_all_heads, "d2h")),
+                bytes_per_copy=page_all_heads,
+                issue_s=link.copy_issue_s + self.issue_overhead_s,
+                issue_threads=1,
+            ),
+            "select": Kernel(np.where(has_candidates, select, 0.0)),
+            "recall": Transfer(
+                direction="h2d",
+                n_copies=copies,
+                copy_s=float(cost.copy_s(copy_bytes, run_bytes, "h2d")),
+                bytes_per_copy=copy_bytes,
+                issue_s=link.copy_issue_s + self.issue_overhead_s,
+                issue_threads=1,
+            ),
+            "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        """GPU: budget tokens per KV head + digests on sparse layers, full KV on dense ones. Host: all KV."""
+        per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
+        ctx_tokens = cfg.max_context_tokens
+        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
+        n_sparse = model.n_layers - n_dense
+        pages = -(-ctx_tokens // cfg.page_size)
+        gpu = per_token_layer * (
+            n_sparse * (min(cfg.budget_tokens, ctx_tokens) + pages) + n_dense * ctx_tokens
+        )
+        return MemoryNeed(
+            gpu_fixed_bytes=0,
+            gpu_per_seq_bytes=int(gpu),
+            host_per_seq_bytes=int(n_sparse * ctx_tokens * per_token_layer),
+        )
+
+    def prefill(self, ctx: CostContext) -> dict[str, float]:
+        """Dense prefill; each layer's prompt pages are backed up d2h behind the next layer's compute."""
+        parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
+        m, cfg = ctx.model, ctx.cfg
+        layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
+        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
+        compute_layer = sum(parts.values()) / m.n_layers
+        parts["prefill_offload_exposed"] = m.n_layers * max(0.0, offload_layer - compute_layer)
+        return parts

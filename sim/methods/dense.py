@@ -1,0 +1,57 @@
+"""Dense attention with the whole KV cache on the GPU (the "full KV" baseline).
+
+Assumptions: a plain decoder layer (QKV + RoPE + append, attention over the whole context, output
+projection, FFN), LM head and a host sync per step (the sampled token is read back); nothing crosses the
+host link. Memory: the full KV of every sequence at the longest context on the GPU; when it does not
+fit, `SimResult.memory["fits"]` is False and the CLI says "out of memory" (the latency is still
+reported as what the GPU would take if it fitted, labelled as such).
+Source: the standard decode loop (e.g. gpt-fast `decode_one_token`); FreeKV paper's "full KV" baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sim.config import SimConfig
+from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from traces.models import ModelSpec
+
+__all__ = ["Dense"]
+
+
+@dataclass(frozen=True)
+class Dense(Method):
+    name: ClassVar[str] = "dense"
+    summary: ClassVar[str] = "full KV cache on GPU, dense attention"
+    needs_demand: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = (
+        "standard transformer decode loop (gpt-fast generate.py decode_one_token)",
+        "FreeKV paper (arXiv 2505.13109): full-KV baseline",
+    )
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("attention", ("compute",)),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cost = ctx.cost
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "attention": Kernel(ctx.full(cost.attention_s(ctx.demand.context_tokens))),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        return MemoryNeed(
+            gpu_fixed_bytes=0,
+            gpu_per_seq_bytes=cfg.max_context_tokens * model.kv_bytes_per_token(cfg.dtype_bytes),
+            host_per_seq_bytes=0,
+        )

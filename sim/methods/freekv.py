@@ -1,0 +1,232 @@
+"""FreeKV and its ablations (hybrid layouts, double-buffered recall, speculative retrieval).
+
+Source: Liu et al., "FreeKV: Boosting KV Cache Retrieval for Efficient LLM Inference" (ICLR 2026,
+arXiv 2505.13109) and its official code (sjtu-zhao-lab/FreeKV), as restated in
+docs/reference/freekv.md. Assumptions, each from that source unless marked (model choice):
+
+- Per layer: QKV + RoPE + append; wait for this layer's recall from the previous step; correction check
+  (group-mean cosine vs tau, flag read back: one host sync per layer); if any head is corrected,
+  selection for all heads on the compute stream and a synchronous recall of the corrected heads'
+  missed pages; attention over sink + selected + window; then background selection (none when it
+  already ran) and background recall of the other heads' missed pages on a recall stream; output
+  projection and FFN. LM head once per step, followed by a host sync (the sampled token is read).
+- Two recall streams (here: one for corrections, one for speculation) share the host->device link.
+- Recall copies: one cudaMemcpyAsync per (sequence, KV head, page) issued by a small host thread pool.
+  Hybrid layouts: the host pool is HND, so a head-page is one contiguous run of 2*p*d elements, which
+  lands in a staging buffer and is converted HND->NHD into the GPU cache by a kernel. Double buffering:
+  two staging buffers, copy of one overlaps conversion of the other. (Model choice: a staging buffer
+  holds `staging_pages` head-pages, default one head's selected pages.)
+- Offload: when the current page of a layer fills, it is transposed NHD->HND and summarised on an
+  offload stream and copied device->host (one copy per sequence: the HND page of all KV heads).
+- Ablations (issue 3): no hybrid layouts = NHD host pool, a head-page is one strided copy for K and
+  one for V, each `p` runs of d elements, landing in place (no staging, no conversion); no double
+  buffering = one staging buffer; no speculative retrieval = selection and recall of all missed pages on
+  the critical path every step (no correction check needed). `freekv-base` removes all three.
+- Layers in `SimConfig.dense_layers` attend the whole context with no selection or recall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from traces.models import ModelSpec
+
+__all__ = ["FreeKV", "FreeKVNoHybridLayout", "FreeKVNoDoubleBuffer", "FreeKVNoSpeculation", "FreeKVBase"]
+
+_SOURCES = (
+    "Liu et al., FreeKV (ICLR 2026, arXiv 2505.13109), sections on speculative retrieval, hybrid layouts "
+    "and double-buffered streamed recall",
+    "sjtu-zhao-lab/FreeKV official code: decode loop, recall streams, per head-page cudaMemcpyAsync",
+)
+
+
+@dataclass(frozen=True)
+class FreeKV(Method):
+    """FreeKV with its three system optimisations; see the module docstring for the assumptions."""
+
+    hybrid_layouts: bool = True
+    double_buffer: bool = True
+    speculative: bool = True
+    staging_pages: int = 0  # head-pages per staging buffer; 0 = the selected pages of one head
+
+    name: ClassVar[str] = "freekv"
+    summary: ClassVar[str] = "speculative retrieval + fine-grained correction, HND pool, double buffers"
+    sources: ClassVar[tuple[str, ...]] = _SOURCES
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        staging = opts.pop("staging_pages", 0)
+        if opts:
+            raise SimInputError(f"method {cls.name!r}: unknown method_options {sorted(opts)}; valid: staging_pages")
+        if not isinstance(staging, int) or staging < 0:
+            raise SimInputError(f"method_options.staging_pages must be an integer >= 0, got {staging!r}")
+        return cls(staging_pages=staging)
+
+    # ----- template -----
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        ops = [
+            OpSpec("qkv", ("compute",)),
+            OpSpec("offload_prep", ("offload",), (Dep("qkv"),), category="offload"),
+            OpSpec("offload", ("offload", "d2h"), (Dep("offload_prep"),), category="offload"),
+        ]
+        if self.speculative:
+            ops.append(
+                OpSpec("check", ("compute",), (Dep("qkv"), Dep("recall_bg", "prev_step")), True, "sync")
+            )
+        ops += [
+            OpSpec("select_sync", ("compute",), (Dep("qkv"),), category="select"),
+            OpSpec("recall_sync", ("recall_sync", "h2d"), (Dep("select_sync"),), category="recall"),
+            OpSpec("attention", ("compute",), (Dep("recall_sync"),)),
+        ]
+        if self.speculative:
+            ops += [
+                OpSpec("select_bg", ("recall_bg",), (Dep("qkv"),), category="select"),
+                OpSpec("recall_bg", ("recall_bg", "h2d"), (Dep("select_bg"), Dep("select_sync")), category="recall"),
+            ]
+        ops += [
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        ]
+        return tuple(ops)
+
+    # ----- work -----
+    def _recall(self, ctx: CostContext, head_pages: np.ndarray) -> Transfer:
+        cost, cfg, link = ctx.cost, ctx.cfg, ctx.profile.link
+        page_bytes = cost.page_bytes_per_head(cfg.page_size)
+        common = dict(direction="h2d", issue_s=link.copy_issue_s, issue_threads=ctx.profile.host.issue_threads)
+        if not self.hybrid_layouts:  # NHD pool: K and V of a head-page are two strided copies
+            run = ctx.model.head_dim * cfg.dtype_bytes
+            half = page_bytes // 2
+            return Transfer(n_copies=2 * head_pages, copy_s=float(cost.copy_s(half, run, "h2d")),
+                            bytes_per_copy=half, **common)
+        staging = self.staging_pages or cfg.selected_pages
+        return Transfer(
+            n_copies=head_pages,
+            copy_s=float(cost.copy_s(page_bytes, page_bytes, "h2d")),
+            bytes_per_copy=page_bytes,
+            chunk_copies=staging,
+            buffers=2 if self.double_buffer else 1,
+            convert_fixed_s=ctx.profile.gpu.kernel_launch_s,
+            convert_per_copy_s=cost.convert_per_copy_s(page_bytes),
+            **common,
+        )
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem = ctx.cfg, ctx.cost, ctx.demand
+        dense = dem.dense_layer[None, :]
+        sparse_tokens = np.minimum(dem.context_tokens, cfg.budget_tokens)
+        tokens = np.where(dense, dem.context_tokens[:, None], sparse_tokens[:, None])
+        select = ctx.full(cost.select_s(dem.candidate_pages))
+        has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense
+        if self.speculative:
+            sync_pages, bg_pages = dem.missed_sync, dem.missed_bg
+            select_sync = np.where(dem.any_corrected & has_candidates, select, 0.0)
+            select_bg = np.where(~dem.any_corrected & has_candidates, select, 0.0)
+        else:
+            sync_pages, bg_pages = dem.missed_total, np.zeros_like(dem.missed_bg)
+            select_sync = np.where(has_candidates, select, 0.0)
+            select_bg = np.zeros_like(select)
+        page_done = ((dem.context_tokens % cfg.page_size) == 0)[:, None] & np.ones(ctx.shape, dtype=bool)
+        page_bytes_all_heads = ctx.model.n_kv_heads * cost.page_bytes_per_head(cfg.page_size)
+        out: dict[str, Work] = {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "offload_prep": Kernel(np.where(page_done, cost.offload_kernel_s(cfg.page_size), 0.0)),
+            "offload": Transfer(
+                direction="d2h",
+                n_copies=np.where(page_done, cfg.batch_size, 0).astype(np.int64),
+                copy_s=float(cost.copy_s(page_bytes_all_heads, page_bytes_all_heads, "d2h")),
+                bytes_per_copy=page_bytes_all_heads,
+                issue_s=ctx.profile.link.copy_issue_s,
+                issue_threads=1,
+            ),
+            "select_sync": Kernel(select_sync),
+            "recall_sync": self._recall(ctx, np.where(dense, 0, sync_pages).astype(np.int64)),
+            "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+        if self.speculative:
+            out["check"] = Kernel(np.where(dense, 0.0, ctx.full(cost.check_s())))
+            out["select_bg"] = Kernel(select_bg)
+            out["recall_bg"] = self._recall(ctx, np.where(dense, 0, bg_pages).astype(np.int64))
+        return out
+
+    # ----- memory and prefill -----
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
+        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
+        n_sparse = model.n_layers - n_dense
+        ctx_tokens = cfg.max_context_tokens
+        pages = -(-ctx_tokens // cfg.page_size)
+        gpu_seq = per_token_layer * (n_sparse * min(cfg.budget_tokens, ctx_tokens) + n_dense * ctx_tokens)
+        gpu_seq += n_sparse * pages * per_token_layer  # min/max summaries: 2*d per page per head
+        gpu_seq += model.n_layers * model.n_qo_heads * model.head_dim * cfg.dtype_bytes  # last queries
+        page_bytes = 2 * cfg.page_size * model.head_dim * cfg.dtype_bytes
+        staging = 0
+        if self.hybrid_layouts:
+            pages_per_buffer = self.staging_pages or cfg.selected_pages
+            staging = 2 * (2 if self.double_buffer else 1) * pages_per_buffer * page_bytes  # 2 recall streams
+        return MemoryNeed(
+            gpu_fixed_bytes=staging,
+            gpu_per_seq_bytes=int(gpu_seq),
+            host_per_seq_bytes=int(model.n_layers * ctx_tokens * per_token_layer),
+            staging_bytes=staging,
+        )
+
+    def prefill(self, ctx: CostContext) -> dict[str, float]:
+        """Dense prefill; each layer's prompt KV is offloaded d2h behind the next layer's compute."""
+        parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
+        compute = sum(parts.values())
+        m = ctx.model
+        layer_bytes = ctx.cfg.batch_size * ctx.cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
+        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
+        compute_layer = compute / m.n_layers
+        parts["prefill_offload_exposed"] = m.n_layers * max(0.0, offload_layer - compute_layer)
+        return parts
+
+
+@dataclass(frozen=True)
+class FreeKVNoHybridLayout(FreeKV):
+    """FreeKV without hybrid layouts: NHD host pool, fragmented recall (module docstring)."""
+
+    hybrid_layouts: bool = False
+    name: ClassVar[str] = "freekv-nohl"
+    summary: ClassVar[str] = "FreeKV without hybrid layouts (NHD fragmented recall)"
+
+
+@dataclass(frozen=True)
+class FreeKVNoDoubleBuffer(FreeKV):
+    """FreeKV with one staging buffer: copy and HND->NHD conversion serialise."""
+
+    double_buffer: bool = False
+    name: ClassVar[str] = "freekv-nodb"
+    summary: ClassVar[str] = "FreeKV without double-buffered streamed recall"
+
+
+@dataclass(frozen=True)
+class FreeKVNoSpeculation(FreeKV):
+    """FreeKV without speculative retrieval: selection and recall on the critical path every step."""
+
+    speculative: bool = False
+    name: ClassVar[str] = "freekv-nosr"
+    summary: ClassVar[str] = "FreeKV without speculative retrieval"
+
+
+@dataclass(frozen=True)
+class FreeKVBase(FreeKV):
+    """Retrieval with none of FreeKV's system optimisations (the ablation's starting point)."""
+
+    hybrid_layouts: bool = False
+    double_buffer: bool = False
+    speculative: bool = False
+    name: ClassVar[str] = "freekv-base"
+    summary: ClassVar[str] = "page retrieval without HL, DB or SR (ablation baseline)"

@@ -1,0 +1,84 @@
+"""Full KV offload: the whole KV cache lives in host memory and every layer's KV is streamed each step.
+
+Assumptions (model choices, in the style of FlexGen / DeepSpeed ZeRO-Inference KV offload): per
+sequence and layer the host keeps K and V contiguous, so a layer's fetch is one large copy per
+sequence at full link efficiency; the fetch of layer l is issued at the start of layer l and may start
+once layer l-1 has attended (two layer buffers: one attended, one filling), so it overlaps the previous
+layer's output projection and FFN and this layer's QKV projection; attention runs on the GPU over the
+fetched context. Each step the new token's K and V of every layer are written back (one small copy
+per sequence and layer, device to host). No selection: all tokens are attended.
+Source: Sheng et al., FlexGen (ICML 2023), section 4 (KV cache offloading with layer-wise overlap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from traces.models import ModelSpec
+
+__all__ = ["FullOffload"]
+
+
+@dataclass(frozen=True)
+class FullOffload(Method):
+    name: ClassVar[str] = "full-offload"
+    summary: ClassVar[str] = "whole KV in host memory, streamed layer by layer every step"
+    needs_demand: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = (
+        "Sheng et al., FlexGen: High-Throughput Generative Inference of LLMs with a Single GPU (ICML 2023)",
+    )
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("fetch", ("recall_bg", "h2d"), (Dep("attention", "prev_layer"),), category="recall"),
+            OpSpec("qkv", ("compute",)),
+            OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
+            OpSpec("attention", ("compute",), (Dep("fetch"),)),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cost, cfg, m = ctx.cost, ctx.cfg, ctx.model
+        layer_token_bytes = 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
+        past = ctx.full(ctx.demand.context_tokens - 1) * layer_token_bytes  # (S, L) bytes per sequence
+        link = ctx.profile.link
+        ones = np.ones(ctx.shape, dtype=np.int64)
+        return {
+            "fetch": Transfer(
+                direction="h2d",
+                n_copies=np.where(past > 0, cfg.batch_size, 0) * ones,
+                copy_s=np.asarray(cost.copy_s(past, 1 << 40, "h2d")),
+                bytes_per_copy=past,
+                issue_s=link.copy_issue_s,
+                issue_threads=ctx.profile.host.issue_threads,
+            ),
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "writeback": Transfer(
+                direction="d2h",
+                n_copies=cfg.batch_size * ones,
+                copy_s=float(cost.copy_s(layer_token_bytes, layer_token_bytes, "d2h")),
+                bytes_per_copy=layer_token_bytes,
+                issue_s=link.copy_issue_s,
+                issue_threads=1,
+            ),
+            "attention": Kernel(ctx.full(cost.attention_s(ctx.demand.context_tokens))),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        layer_bytes = cfg.max_context_tokens * 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
+        return MemoryNeed(
+            gpu_fixed_bytes=0,
+            gpu_per_seq_bytes=2 * layer_bytes,  # two layer buffers
+            host_per_seq_bytes=model.n_layers * layer_bytes,
+            staging_bytes=0,
+        )

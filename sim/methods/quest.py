@@ -1,0 +1,132 @@
+"""Quest: query-aware page selection over a KV cache that stays entirely on the GPU.
+
+Source: Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference" (ICML 2024,
+arXiv 2406.10774) and its code (mit-han-lab/Quest). Assumptions (docs/methods.md has the discussion):
+
+- No offload: the whole KV cache of every sequence stays in GPU memory, plus per-page metadata: the
+  per-channel min and max of the page's keys (2 * d elements per page and KV head). Nothing crosses
+  the host link, so the link profile does not matter.
+- Every decode step and every (non-dense) layer, on the critical path: "estimate" scores every
+  candidate page from its min/max (reading all summaries: cost grows with the context), top-k picks
+  (budget - sink - window) / p pages, then sparse attention over sink + selected + window pages.
+- Not group-consistent by default (Quest was written for multi-head attention): every query head
+  scores pages and selects its own pages, so a GQA group of G query heads reads G sets of summaries and
+  attends G different page sets: selection and attention traffic are O(B * n_qo), not O(B * n_kv).
+  `group_consistent=True` models the variant of the FreeKV paper's accuracy setup (scores pooled over
+  the group, one page set per KV head).
+- When a page fills, its min/max summary is computed by a small kernel.
+- The Quest paper keeps the first two layers dense; here dense layers come from `SimConfig.dense_layers`
+  (same for every method, for a like-for-like comparison).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from traces.models import ModelSpec
+
+__all__ = ["Quest"]
+
+
+@dataclass(frozen=True)
+class Quest(Method):
+    """Quest (module docstring). group_consistent: one page set per KV head instead of per query head."""
+
+    group_consistent: bool = False
+
+    name: ClassVar[str] = "quest"
+    summary: ClassVar[str] = "all KV on GPU, min/max page scores every step, per-query-head top-k"
+    needs_demand: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = (
+        "Tang et al., Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference (ICML 2024, "
+        "arXiv 2406.10774), Sec. 3 (criticality estimation from per-page min/max keys, top-k pages)",
+        "mit-han-lab/Quest: estimate, top-k and sparse decode kernels run every step on the GPU",
+        "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: Quest made group-consistent with max "
+        "pooling for accuracy (option group_consistent)",
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_consistent, bool):
+            raise SimInputError(
+                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
+            )
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise SimInputError(
+                f"method 'quest': unknown method_options {unknown}; valid: {', '.join(valid)}"
+            )
+        return cls(**opts)
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("summary", ("compute",), category="other"),
+            OpSpec("select", ("compute",), category="select"),
+            OpSpec("attention", ("compute",)),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def _heads_reading(self, model: ModelSpec) -> int:
+        """Heads reading their own summaries and pages: KV heads if group-consistent, else query heads."""
+        return model.n_kv_heads if self.group_consistent else model.n_qo_heads
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        dense = dem.dense_layer[None, :]
+        heads = self._heads_reading(m)
+        pages = dem.candidate_pages.astype(np.float64)  # (S,)
+        # selection: every selecting head reads 2*d summary elements per candidate page, writes an fp32
+        # score per query head per page (read back by top-k)
+        sel_bytes = b * heads * pages * 2 * d * dt + 3 * b * m.n_qo_heads * pages * 4
+        sel_flops = 4.0 * b * m.n_qo_heads * pages * d
+        select = np.where(pages > 0, cost.kernel_s(sel_flops, sel_bytes, 2), 0.0)  # estimate + top-k
+        sparse_tokens = np.minimum(dem.context_tokens, cfg.budget_tokens).astype(np.float64)
+        # attention: each selecting head reads its own K and V pages (G copies of traffic per group if
+        # not group-consistent); dense layers attend the whole context once per KV head
+        attn_sparse = cost.kernel_s(
+            4.0 * b * m.n_qo_heads * sparse_tokens * d,
+            b * heads * sparse_tokens * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
+            1,
+        )
+        attn_dense = cost.attention_s(dem.context_tokens)
+        page_done = (dem.context_tokens % cfg.page_size) == 0
+        summary = float(
+            cost.kernel_s(
+                2.0 * b * m.n_kv_heads * cfg.page_size * d, b * m.n_kv_heads * (cfg.page_size + 2) * d * dt, 1
+            )
+        )
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "summary": Kernel(np.where(dense, 0.0, ctx.full(np.where(page_done, summary, 0.0)))),
+            "select": Kernel(np.where(dense, 0.0, ctx.full(select))),
+            "attention": Kernel(np.where(dense, ctx.full(attn_dense), ctx.full(attn_sparse))),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        """Full KV of every layer on GPU, plus min/max summaries (2*d per page and KV head) when sparse."""
+        ctx_tokens = cfg.max_context_tokens
+        n_sparse = model.n_layers - len([x for x in cfg.dense_layers if x < model.n_layers])
+        pages = -(-ctx_tokens // cfg.page_size)
+        summaries = n_sparse * pages * model.n_kv_heads * 2 * model.head_dim * cfg.dtype_bytes
+        return MemoryNeed(
+            gpu_fixed_bytes=0,
+            gpu_per_seq_bytes=int(ctx_tokens * model.kv_bytes_per_token(cfg.dtype_bytes) + summaries),
+            host_per_seq_bytes=0,
+        )

@@ -1,0 +1,131 @@
+"""The outcome of one simulation: latency, throughput, breakdown, link use, memory, timelines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim.memory import MemoryFit
+from sim.schedule import Event
+
+__all__ = ["SimResult", "TimelineEvent"]
+
+TimelineEvent = dict[str, Any]  # {name, stream, start_s, end_s, step, layer}
+
+
+def _event_dict(ev: Event) -> TimelineEvent:
+    name, stream, start, end, step, layer = ev
+    return {"name": name, "stream": stream or "join", "start_s": start, "end_s": end, "step": step,
+            "layer": layer}
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything `run_simulation` computes. Times in seconds; per-token values are per decode step
+    (every sequence of the batch emits one token per step).
+
+    step_latency_s: (S,) time of each decode step. breakdown_s: op -> seconds per step on the critical
+    path of the compute stream (busy time, or idle time it waited for that op); sums to the mean step.
+    """
+
+    method: str
+    hardware: str
+    model: str
+    config: dict[str, Any]
+    step_latency_s: np.ndarray
+    prefill_s: float
+    prefill_breakdown_s: dict[str, float]
+    breakdown_s: dict[str, float]
+    categories: dict[str, str]
+    link_bytes: dict[str, float]
+    link_busy_s: dict[str, float]
+    link_effective_gbps: dict[str, float]
+    memory: MemoryFit
+    demand_label: str
+    transplanted_from: str | None
+    synthetic: str | None
+    engine: str
+    notes: tuple[str, ...] = ()
+    _events: list[Event] = field(default_factory=list, repr=False)
+    _replay: Callable[[int], list[Event]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def decode_s(self) -> float:
+        return float(self.step_latency_s.sum())
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.config["batch_size"])
+
+    def latency_stats(self) -> dict[str, float]:
+        lat = self.step_latency_s
+        return {"mean": float(lat.mean()), "p50": float(np.percentile(lat, 50)),
+                "p99": float(np.percentile(lat, 99))}
+
+    def critical_share(self) -> dict[str, float]:
+        total = sum(self.breakdown_s.values()) or 1.0
+        return {
+            cat: sum(v for op, v in self.breakdown_s.items() if self.categories.get(op) == cat) / total
+            for cat in ("select", "recall")
+        }
+
+    def link_utilisation(self) -> dict[str, float]:
+        """Bytes moved over (effective bandwidth * decode time), per direction."""
+        t = self.decode_s or 1.0
+        return {d: self.link_bytes[d] / (self.link_effective_gbps[d] * 1e9 * t) for d in ("h2d", "d2h")}
+
+    def timeline(self, step: int) -> list[TimelineEvent]:
+        """Op-level events of decode step `step` (recorded, or recomputed by replaying the schedule)."""
+        n = len(self.step_latency_s)
+        if not 0 <= step < n:
+            from sim.errors import SimInputError
+
+            raise SimInputError(f"timeline step must be in [0, {n - 1}], got {step}")
+        events = [e for e in self._events if e[4] == step]
+        if not events and self._replay is not None:
+            events = self._replay(step)
+        return [_event_dict(e) for e in sorted(events, key=lambda e: (e[2], e[0]))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (docs/contracts.md "Simulator API")."""
+        mem = self.memory
+        decode = self.decode_s
+        tokens = self.batch_size * len(self.step_latency_s)
+        return {
+            "method": self.method,
+            "hardware": self.hardware,
+            "model": self.model,
+            "config": self.config,
+            "engine": self.engine,
+            "demand": self.demand_label,
+            "transplanted_from": self.transplanted_from,
+            "synthetic": self.synthetic,
+            "per_token_latency_s": self.latency_stats(),
+            "prefill_s": self.prefill_s,
+            "prefill_breakdown_s": self.prefill_breakdown_s,
+            "decode_s": decode,
+            "throughput_tokens_per_s": tokens / decode if decode else 0.0,
+            "end_to_end_tokens_per_s": tokens / (decode + self.prefill_s) if decode else 0.0,
+            "breakdown_s": self.breakdown_s,
+            "breakdown_category": self.categories,
+            "critical_share": self.critical_share(),
+            "link_utilisation": self.link_utilisation(),
+            "link_busy_share": {d: self.link_busy_s[d] / (decode or 1.0) for d in ("h2d", "d2h")},
+            "link_bytes": self.link_bytes,
+            "memory": {
+                "gpu_bytes": mem.gpu_bytes,
+                "host_bytes": mem.host_bytes,
+                "fits": mem.fits,
+                "max_batch": mem.max_batch,
+                "gpu_capacity_bytes": mem.gpu_capacity_bytes,
+                "host_capacity_bytes": mem.host_capacity_bytes,
+                "weights_bytes": mem.weights_bytes,
+                "kv_gpu_bytes": mem.kv_gpu_bytes,
+                "activation_bytes": mem.activation_bytes,
+                "limit": mem.limit,
+            },
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,189 @@
+"""Unit tests of the report's parts: Pareto front, recommendation, step choice, page assembly, inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import optuna
+import plotly.graph_objects as go
+import pytest
+
+from dse.errors import DseError
+from dse.report.data import describe_config, make_report_data
+from dse.report.page import FigureBlock, NoteBlock, Section, TableBlock, count_figures, render_page
+from dse.report.pareto import pareto_front
+from dse.report.provenance import Provenance, transplant_sources
+from dse.report.recommend import recommend
+from dse.report.source import study_location
+from dse.report.steps import choose_steps
+from dse.results import BaselineResult, StudyResults, TrialResult
+
+
+def test_pareto_front_keeps_only_non_dominated_points_by_latency() -> None:
+    points = [(3.0, 0.9), (1.0, 0.5), (2.0, 0.5), (2.5, 0.95), (1.0, 0.7), (4.0, 0.95)]
+    # (1.0, 0.7) beats (1.0, 0.5) and (2.0, 0.5); (2.5, 0.95) beats (3.0, 0.9) and ties (4.0, 0.95) faster.
+    assert pareto_front(points) == [4, 3]
+    assert pareto_front([]) == []
+    assert pareto_front([(1.0, 0.1)]) == [0]
+
+
+def _sim(latency_s: float, model: str = "llama-3.1-8b", transplanted: str | None = "smollm2-135m") -> dict:
+    return {
+        "per_token_latency_s": {"mean": latency_s, "p50": latency_s, "p99": latency_s * 1.2},
+        "throughput_tokens_per_s": 1.0 / latency_s,
+        "breakdown_s": {"attention": latency_s},
+        "memory": {"gpu_bytes": 1, "host_bytes": 1, "fits": True, "max_batch": 4},
+        "transplanted_from": transplanted,
+        "model": model,
+    }
+
+
+def _trial(
+    number: int,
+    acc: float,
+    lat: dict[str, float],
+    feasible: bool = True,
+    tau: float = 0.9,
+    duplicate_of: int | None = None,
+) -> TrialResult:
+    return TrialResult(
+        target_model="llama-3.1-8b",
+        sim={hw: _sim(s) for hw, s in lat.items()},
+        sim_models={},
+        sim_grid=[],
+        number=number,
+        state="COMPLETE",
+        config={
+            "method": "freekv",
+            "tau": tau,
+            "page_size": 32,
+            "budget_tokens": 256,
+            "sink_tokens": 32,
+            "window_tokens": 32,
+        },
+        values=(acc, lat["a"]),
+        accuracy={"passkey_accuracy": acc},
+        feasible=feasible,
+        duplicate_of=duplicate_of,
+    )
+
+
+def _results(trials: list[TrialResult], slo: float | None = None) -> StudyResults:
+    config = {
+        "objectives": [{"metric": "passkey_accuracy"}],
+        "hardware": ["a", "b"],
+        "model": {"name": "smollm2-135m"},
+    }
+    if slo is not None:
+        config["slo"] = {"per_token_latency_s": slo}
+    dense = BaselineResult(
+        target_model="llama-3.1-8b",
+        sim={"a": _sim(0.05)},
+        sim_models={},
+        sim_grid=[],
+        name="dense",
+        config={"method": "full"},
+        accuracy={"passkey_accuracy": 1.0},
+    )
+    return StudyResults(
+        study_name="s",
+        storage_url="sqlite://",
+        config=config,
+        study_file="",
+        objective_names=("passkey_accuracy", "latency_mean_s/a"),
+        directions=("maximize", "minimize"),
+        target_model="llama-3.1-8b",
+        hardware=("a", "b"),
+        trials=tuple(trials),
+        dense=dense,
+        untuned_freekv=None,
+    )
+
+
+def test_recommendation_is_the_most_accurate_feasible_trial_within_the_slo_per_profile() -> None:
+    trials = [
+        _trial(0, 0.9, {"a": 0.010, "b": 0.030}),
+        _trial(1, 1.0, {"a": 0.020, "b": 0.015}),
+        _trial(2, 1.0, {"a": 0.012, "b": 0.012}, feasible=False),
+        _trial(3, 0.9, {"a": 0.009, "b": 0.05}),
+    ]
+    data = make_report_data(_results(trials, slo=0.019))
+    rec_a, rec_b = recommend(data, "a"), recommend(data, "b")
+    assert rec_a.run is not None and rec_a.run.number == 3  # trial 1 misses the SLO on a; 3 ties 0, faster
+    assert rec_b.run is not None and rec_b.run.number == 1
+    assert recommend(make_report_data(_results(trials, slo=0.001)), "a").run is None
+    no_slo = make_report_data(_results(trials))
+    assert no_slo.slo_s is None and recommend(no_slo, "a").run.number == 1
+    assert make_report_data(_results(trials), slo_ms=9.5).slo_s == pytest.approx(0.0095)
+
+
+def test_report_data_drops_duplicates_and_rejects_unknown_metric() -> None:
+    trials = [_trial(0, 0.9, {"a": 0.01, "b": 0.02}), _trial(1, 0.9, {"a": 0.01, "b": 0.02}, duplicate_of=0)]
+    data = make_report_data(_results(trials))
+    assert [t.number for t in data.trials] == [0]
+    assert data.profiles == ("a", "b") and data.measured_model == "smollm2-135m"
+    assert data.accuracy_metric == "passkey_accuracy"
+    with pytest.raises(DseError, match="top1_agreement.*passkey_accuracy"):
+        make_report_data(_results(trials), metric="top1_agreement")
+    assert describe_config(trials[0].config) == "freekv tau=0.9 p=32 B=256 S=32 W=32"
+
+
+def test_provenance_badges_and_transplant_sources() -> None:
+    with pytest.raises(ValueError, match="at least one measured or simulated"):
+        Provenance()
+    html = Provenance(
+        measured=("accuracy <b>",),
+        simulated=("latency on a",),
+        transplanted_from=("smollm2-135m",),
+        synthetic=("correction=0.5",),
+    ).badges_html()
+    for kind in ("measured", "simulated", "transplanted", "synthetic"):
+        assert f"badge-{kind}" in html
+    assert "&lt;b&gt;" in html and "<b>" not in html
+    assert transplant_sources([_sim(1.0), _sim(1.0, transplanted=None)]) == ("smollm2-135m",)
+
+
+def test_page_inlines_plotly_once_and_counts_figures() -> None:
+    prov = Provenance(simulated=("x",))
+    fig = FigureBlock("f <1>", go.Figure(go.Scatter(x=[1, 2], y=[3, 4])), "caption & more", prov)
+    table = TableBlock("t", ("a", "b"), (("1", "<2>"),), "c", prov)
+    sections = [
+        Section("one", "One", "q?", (fig, NoteBlock("note"))),
+        Section("two", "Two", "q2?", (fig, table)),
+    ]
+    html = render_page("Title", [("study", "s")], sections)
+    assert count_figures(sections) == 2
+    assert html.count("Plotly.newPlot(") == 2 and 'id="figure-1"' in html and 'id="figure-2"' in html
+    assert html.count("<script") == 3  # the plotly.js bundle once, then one per figure
+    assert "<script src=" not in html and "cdn.plot.ly" not in html.split("</head>")[1]
+    assert "f &lt;1&gt;" in html and "caption &amp; more" in html and "&lt;2&gt;" in html
+    with pytest.raises(ValueError, match="cells"):
+        TableBlock("t", ("a", "b"), (("1",),), "c", prov)
+
+
+def test_choose_steps_picks_median_and_most_corrected_steps() -> None:
+    choice = choose_steps(np.array([0, 5, 0, 9, 1, 0, 9]))
+    assert choice is not None
+    assert (choice.typical, choice.typical_heads) == (4, 1)  # the lower median of [0,0,0,1,5,9,9] is 1
+    assert (choice.corrected, choice.corrected_heads) == (3, 9)  # the earliest of the two maxima
+    assert choice.n_steps == 7 and choice.median_heads == 1
+    assert choose_steps(np.array([3, 0, 0, 0])).typical == 1
+    assert choose_steps(np.zeros(0)) is None
+
+
+def test_study_location_errors_name_what_is_valid(tmp_path: Path) -> None:
+    with pytest.raises(DseError, match="not an existing file or a storage URL"):
+        study_location(str(tmp_path / "missing.db"))
+    assert study_location("sqlite:///x.db", "s") == ("sqlite:///x.db", "s")
+    db = tmp_path / "two.db"
+    url = f"sqlite:///{db}"
+    for name in ("a", "b"):
+        optuna.create_study(study_name=name, storage=url)
+    assert study_location(str(db)) == (url, None)
+    from dse.report import build_report
+
+    with pytest.raises(DseError, match="2 studies"):
+        build_report(str(db), tmp_path / "r.html")
+    with pytest.raises(DseError, match="no complete trial"):
+        build_report(str(db), tmp_path / "r.html", study_name="a")

@@ -1,0 +1,208 @@
+"""Conformance suite every KV policy inherits (parametrized over `POLICIES`), on random tensors.
+
+Each test runs a policy through a prefill and a few decode steps the way the decode loop does (every
+layer, then `end_step`). Queries of adjacent steps are made similar with per-head noise, so FreeKV
+corrects some heads and not others at tau = 0.85. Adding a method to `POLICIES` adds it here; a policy
+whose module does not exist yet is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from freekv_runtime.config import RuntimeConfig
+from freekv_runtime.policies import POLICIES, make_policy
+from freekv_runtime.policies.base import AttentionShape, PrefillDecisions, StepDecisions
+from freekv_runtime.timing import OpTimer
+
+SHAPE = AttentionShape(n_layers=3, n_qo_heads=6, n_kv_heads=2, head_dim=16)
+# Policies that attend everything by definition: the budget does not apply to them.
+UNBUDGETED = {"full": "full attention is dense by definition (the accuracy reference)"}
+# fp32 runtime vs a float64 dense reference over at most a few hundred tokens.
+DENSE_ATOL = 1e-5
+
+
+@dataclass
+class Episode:
+    """One sequence's inputs.
+
+    prompt[l] = (q (Hq, T, d), k, v (Hkv, T, d)); steps[t][l] = (q (Hq, 1, d), k, v (Hkv, 1, d)).
+    """
+
+    prompt: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    steps: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
+
+
+def make_episode(shape: AttentionShape, prompt_tokens: int, n_steps: int, seed: int) -> Episode:
+    """Random post-RoPE tensors; q_t = q_{t-1} + sigma_h * noise with sigma_h in [0.2, 1.2] per query head."""
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv, d = shape.n_qo_heads, shape.n_kv_heads, shape.head_dim
+    sigma = 0.2 + torch.rand(hq, 1, 1, generator=g)
+    prompt, q_last = [], []
+    for _ in range(shape.n_layers):
+        q = torch.randn(hq, prompt_tokens, d, generator=g)
+        k = torch.randn(hkv, prompt_tokens, d, generator=g)
+        prompt.append((q, k, torch.randn(hkv, prompt_tokens, d, generator=g)))
+        q_last.append(q[:, -1:])
+    steps = []
+    for _ in range(n_steps):
+        layers = []
+        for layer in range(shape.n_layers):
+            q_last[layer] = q_last[layer] + sigma * torch.randn(hq, 1, d, generator=g)
+            k, v = torch.randn(hkv, 1, d, generator=g), torch.randn(hkv, 1, d, generator=g)
+            layers.append((q_last[layer], k, v))
+        steps.append(layers)
+    return Episode(prompt, steps)
+
+
+@dataclass
+class Run:
+    prefill_out: list[torch.Tensor]  # [l] (b, Hq, T, d)
+    decode_out: list[list[torch.Tensor]]  # [t][l] (b, Hq, 1, d)
+    prefill: PrefillDecisions
+    steps: list[StepDecisions]
+    state: object
+
+
+def run_policy(config: RuntimeConfig, episodes: list[Episode], shape: AttentionShape = SHAPE) -> Run:
+    """Drive a policy over a batch made of the episodes (stacked on dim 0), as the decode loop does."""
+    device = torch.device("cpu")
+    state = make_policy(config).new_state(shape, len(episodes), device, torch.float32, OpTimer(device))
+
+    def batch(parts: list[tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:
+        return [torch.stack(t) for t in zip(*parts, strict=True)]
+
+    prefill_out = [state.prefill(layer, *batch([e.prompt[layer] for e in episodes])) for layer in
+                   range(shape.n_layers)]
+    prefill = state.end_prefill()
+    decode_out, steps = [], []
+    for t in range(len(episodes[0].steps)):
+        decode_out.append([state.decode(layer, *batch([e.steps[t][layer] for e in episodes]))
+                           for layer in range(shape.n_layers)])
+        steps.append(state.end_step())
+    return Run(prefill_out, decode_out, prefill, steps, state)
+
+
+def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """float64 softmax(q K^T / sqrt(d)) V with GQA. q (b, Hq, T, d); k, v (b, Hkv, N, d) -> (b, Hq, T, d)."""
+    group = q.shape[1] // k.shape[1]
+    k64, v64 = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    s = q.double() @ k64.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        t, n = q.shape[2], k.shape[2]
+        s = s.masked_fill(torch.ones(t, n, dtype=torch.bool).tril(n - t).logical_not(), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v64
+
+
+def config_for(method: str, **kw) -> RuntimeConfig:
+    base = dict(method=method, page_size=8, budget_tokens=64, sink_tokens=8, window_tokens=16, tau=0.85,
+                dense_layers=(0,))
+    return RuntimeConfig(**{**base, **kw})
+
+
+def _require_module(method: str) -> None:
+    module = POLICIES[method].split(":")[0]
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"policy {method!r}: module {module} does not exist yet")
+
+
+def assert_same_decisions(a: StepDecisions, ia: int, b: StepDecisions, ib: int) -> None:
+    """Sequence ia of decisions a equals sequence ib of b (float fields to 1e-6)."""
+    np.testing.assert_allclose(a.similarity[ia], b.similarity[ib], atol=1e-6, equal_nan=True)
+    np.testing.assert_array_equal(a.corrected[ia], b.corrected[ib])
+    np.testing.assert_array_equal(a.attended_tokens[ia], b.attended_tokens[ib])
+    for field in ("selected", "missed"):
+        for la, lb in zip(getattr(a, field)[ia], getattr(b, field)[ib], strict=True):
+            for ha, hb in zip(la, lb, strict=True):
+                np.testing.assert_array_equal(ha, hb)
+    if a.attention_mass is not None or b.attention_mass is not None:
+        np.testing.assert_allclose(a.attention_mass[ia], b.attention_mass[ib], atol=1e-6)
+
+
+METHODS = sorted(POLICIES)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_budget_respected(method: str) -> None:
+    _require_module(method)
+    if method in UNBUDGETED:
+        pytest.skip(f"policy {method!r}: {UNBUDGETED[method]}")
+    config = config_for(method)
+    prompt_tokens = 83  # not a multiple of the page size; the steps cross two page boundaries
+    run = run_policy(config, [make_episode(SHAPE, prompt_tokens, 12, seed=1)])
+    for t, dec in enumerate(run.steps):
+        context = prompt_tokens + t + 1
+        sparse = [layer for layer in range(SHAPE.n_layers) if layer not in config.dense_layers]
+        assert (dec.attended_tokens[:, sparse] <= config.budget_tokens).all(), (t, dec.attended_tokens)
+        assert (dec.attended_tokens[:, sparse] > 0).all()
+        assert (dec.attended_tokens <= context).all()
+        for layer in config.dense_layers:
+            assert (dec.attended_tokens[:, layer] == context).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_same_seed_same_result(method: str) -> None:
+    _require_module(method)
+    config = config_for(method, measure_attention_mass=True)
+    runs = [run_policy(config, [make_episode(SHAPE, 70, 6, seed=s) for s in (3, 4)]) for _ in range(2)]
+    for out_a, out_b in zip(runs[0].decode_out, runs[1].decode_out, strict=True):
+        for a, b in zip(out_a, out_b, strict=True):
+            assert torch.equal(a, b)
+    for a, b in zip(runs[0].steps, runs[1].steps, strict=True):
+        for i in range(2):
+            assert_same_decisions(a, i, b, i)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batched_equals_per_request(method: str) -> None:
+    _require_module(method)
+    config = config_for(method, measure_attention_mass=True)
+    episodes = [make_episode(SHAPE, 77, 10, seed=s) for s in (5, 6, 7)]
+    batched = run_policy(config, episodes)
+    singles = [run_policy(config, [e]) for e in episodes]
+    n_corrected = 0
+    for i, single in enumerate(singles):
+        for layer in range(SHAPE.n_layers):
+            torch.testing.assert_close(batched.prefill_out[layer][i], single.prefill_out[layer][0])
+        for t, (dec_b, dec_s) in enumerate(zip(batched.steps, single.steps, strict=True)):
+            assert_same_decisions(dec_b, i, dec_s, 0)
+            n_corrected += int(dec_s.corrected.sum())
+            for layer in range(SHAPE.n_layers):
+                torch.testing.assert_close(batched.decode_out[t][layer][i], single.decode_out[t][layer][0],
+                                           atol=1e-5, rtol=1e-5)
+        initial_b, initial_s = batched.prefill.initial_selected[i], single.prefill.initial_selected[0]
+        for la, lb in zip(initial_b, initial_s, strict=True):
+            for ha, hb in zip(la, lb, strict=True):
+                np.testing.assert_array_equal(ha, hb)
+    if method == "freekv":  # the inputs exercise both branches (some heads corrected, some not)
+        total = 3 * 10 * (SHAPE.n_layers - 1) * SHAPE.n_kv_heads
+        assert 0 < n_corrected < total
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("prompt_tokens", [61, 64])
+def test_full_budget_equals_dense(method: str, prompt_tokens: int) -> None:
+    """A budget covering the whole context gives dense attention (to DENSE_ATOL vs a float64 reference)."""
+    _require_module(method)
+    n_steps = 9
+    budget = 8 + 16 + 8 * (-(-(prompt_tokens + n_steps) // 8))
+    config = config_for(method, budget_tokens=budget, tau=0.85)
+    episodes = [make_episode(SHAPE, prompt_tokens, n_steps, seed=s) for s in (8, 9)]
+    run = run_policy(config, episodes)
+    for layer in range(SHAPE.n_layers):
+        q, k, v = (torch.stack(t) for t in zip(*[e.prompt[layer] for e in episodes], strict=True))
+        ref = dense_reference(q, k, v, causal=True)
+        torch.testing.assert_close(run.prefill_out[layer].double(), ref, atol=DENSE_ATOL, rtol=0)
+        for t in range(n_steps):
+            qs, ks, vs = (torch.stack(x) for x in zip(*[e.steps[t][layer] for e in episodes], strict=True))
+            k = torch.cat([k, ks], dim=2)
+            v = torch.cat([v, vs], dim=2)
+            ref = dense_reference(qs, k, v, causal=False)
+            torch.testing.assert_close(run.decode_out[t][layer].double(), ref, atol=DENSE_ATOL, rtol=0)
+            assert (run.steps[t].attended_tokens[:, layer] == k.shape[2]).all()

@@ -1,0 +1,151 @@
+"""sparse_decode_attention: Triton (interpreter) vs reference; reference vs dense softmax(qK^T)V."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from kernel_inputs import DTYPES, FP32_TOL, OUT_TOL, ragged_page_table, randn
+
+from kernels import KernelInputError
+from kernels.sparse_decode_attention import (
+    sparse_decode_attention,
+    sparse_decode_attention_reference,
+    sparse_decode_attention_triton,
+)
+
+
+def _case(gen, b, hkv, g, p, d, dtype, max_pages=4, n_slots=10):
+    q = randn(gen, b, hkv * g, d, dtype=dtype)
+    k_cache = randn(gen, n_slots, p, hkv, d, dtype=dtype)
+    v_cache = randn(gen, n_slots, p, hkv, d, dtype=dtype)
+    table, n_pages, last = ragged_page_table(gen, b, hkv, max_pages, n_slots, p)
+    return q, k_cache, v_cache, table, n_pages, last
+
+
+GROUPS = [1, 3, 4, 5, 7, 8]
+PAGE_SIZES = [8, 16, 24, 32, 64]
+FAST_CASES = [  # (b, Hkv, G, p, d, dtype)
+    (2, 2, 1, 8, 16, "fp32"),
+    (3, 1, 3, 24, 16, "fp16"),
+    (2, 2, 4, 16, 32, "bf16"),
+    (3, 1, 5, 32, 8, "fp32"),
+    (2, 1, 7, 8, 24, "fp16"),
+    (2, 2, 8, 64, 16, "bf16"),
+]
+
+
+@pytest.mark.usefixtures("triton_interpreter")
+@pytest.mark.parametrize("b,hkv,g,p,d,dtype", FAST_CASES)
+def test_triton_matches_reference(gen, b, hkv, g, p, d, dtype):
+    dt = DTYPES[dtype]
+    args = _case(gen, b, hkv, g, p, d, dt)
+    out, lse = sparse_decode_attention_triton(*args, return_lse=True)
+    ref_out, ref_lse = sparse_decode_attention_reference(*args, return_lse=True)
+    assert out.dtype == dt and out.shape == (b, hkv * g, d) and lse.shape == (b, hkv * g)
+    torch.testing.assert_close(out, ref_out, **OUT_TOL[dt])
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    torch.testing.assert_close(lse, ref_lse, **FP32_TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("triton_interpreter")
+@pytest.mark.parametrize("g,p,dtype", list(itertools.product(GROUPS, PAGE_SIZES, DTYPES)))
+def test_triton_matches_reference_sweep(gen, g, p, dtype):
+    dt = DTYPES[dtype]
+    args = _case(gen, 3, 2, g, p, 64, dt, max_pages=5, n_slots=12)
+    out, lse = sparse_decode_attention_triton(*args, return_lse=True)
+    ref_out, ref_lse = sparse_decode_attention_reference(*args, return_lse=True)
+    torch.testing.assert_close(out, ref_out, **OUT_TOL[dt])
+    torch.testing.assert_close(lse, ref_lse, **FP32_TOL)
+
+
+@pytest.mark.usefixtures("triton_interpreter")
+@pytest.mark.parametrize("num_splits", [2, 3, 7])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_triton_split_pages_match_reference(gen, num_splits, dtype):
+    """Flash-decoding splits (some empty: ragged lists, n_pages = 0) merge to the same result."""
+    dt = DTYPES[dtype]
+    args = _case(gen, 3, 2, 3, 8, 16, dt, max_pages=6, n_slots=14)
+    out, lse = sparse_decode_attention_triton(*args, return_lse=True, num_splits=num_splits)
+    ref_out, ref_lse = sparse_decode_attention_reference(*args, return_lse=True)
+    torch.testing.assert_close(out, ref_out, **OUT_TOL[dt])
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    torch.testing.assert_close(lse, ref_lse, **FP32_TOL)
+    assert torch.equal(sparse_decode_attention_triton(*args, num_splits=num_splits), out)
+
+
+@pytest.mark.usefixtures("triton_interpreter")
+def test_triton_strided_inputs_and_mixed_dtypes(gen):
+    """q as a non-contiguous view in fp32 over an fp16 cache; the page table as a slice."""
+    q_full = randn(gen, 2, 6, 2, 16)
+    q = q_full[:, :, 1]  # (b, Hq, d), stride over the token axis
+    _, k_cache, v_cache, table, n_pages, last = _case(gen, 2, 2, 3, 8, 16, torch.float16, max_pages=6)
+    wide = torch.cat([table, table], dim=2)[:, :, :6]
+    got = sparse_decode_attention_triton(q, k_cache, v_cache, wide, n_pages, last)
+    want = sparse_decode_attention_reference(q, k_cache, v_cache, wide, n_pages, last)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, **FP32_TOL)
+
+
+@pytest.mark.parametrize("g,p", [(1, 8), (4, 16), (3, 24)])
+def test_all_pages_listed_equals_dense(gen, g, p):
+    """Listing every page of a sequence in order gives softmax(q K^T / sqrt(d)) V and its log-sum-exp."""
+    b, hkv, d, n_tok = 2, 2, 16, 3 * p + 5  # not a page multiple: a partial last page
+    n_full = math.ceil(n_tok / p)
+    keys = randn(gen, b, hkv, n_full * p, d)
+    values = randn(gen, b, hkv, n_full * p, d)
+    q = randn(gen, b, hkv * g, d)
+    # sequence i, page j lives in slot i * n_full + j (NHD)
+    k_cache = keys.reshape(b, hkv, n_full, p, d).permute(0, 2, 3, 1, 4).reshape(b * n_full, p, hkv, d)
+    v_cache = values.reshape(b, hkv, n_full, p, d).permute(0, 2, 3, 1, 4).reshape(b * n_full, p, hkv, d)
+    table = (torch.arange(b)[:, None, None] * n_full + torch.arange(n_full)).expand(b, hkv, n_full)
+    table = table.to(torch.int32).contiguous()
+    n_pages = torch.full((b, hkv), n_full, dtype=torch.int32)
+    last = torch.full((b,), n_tok - (n_full - 1) * p, dtype=torch.int32)
+    out, lse = sparse_decode_attention_reference(q, k_cache, v_cache, table, n_pages, last, return_lse=True)
+    kk = keys[:, :, :n_tok].repeat_interleave(g, dim=1)  # (b, Hq, T, d)
+    vv = values[:, :, :n_tok].repeat_interleave(g, dim=1)
+    logits = torch.einsum("bhd,bhtd->bht", q, kk) / math.sqrt(d)
+    dense = torch.einsum("bht,bhtd->bhd", torch.softmax(logits, -1), vv)
+    torch.testing.assert_close(out, dense, **FP32_TOL)
+    torch.testing.assert_close(lse, torch.logsumexp(logits, -1), **FP32_TOL)
+
+
+def test_batched_equals_per_sequence(gen):
+    q, k_cache, v_cache, table, n_pages, last = _case(gen, 4, 2, 3, 8, 16, torch.float32)
+    batched, lse = sparse_decode_attention(q, k_cache, v_cache, table, n_pages, last, return_lse=True)
+    for i in range(4):
+        s = slice(i, i + 1)
+        one, one_lse = sparse_decode_attention(q[s], k_cache, v_cache, table[s], n_pages[s], last[s],
+                                               return_lse=True)
+        torch.testing.assert_close(batched[s], one)
+        torch.testing.assert_close(lse[s], one_lse)
+
+
+def test_empty_head_gives_zero_output_and_minus_inf_lse(gen):
+    q, k_cache, v_cache, table, n_pages, last = _case(gen, 2, 2, 2, 8, 16, torch.float32)
+    n_pages[1, 0] = 0
+    out, lse = sparse_decode_attention_reference(q, k_cache, v_cache, table, n_pages, last, return_lse=True)
+    listed = (n_pages > 0).repeat_interleave(2, dim=1)  # per query head
+    assert (out[~listed] == 0).all() and torch.isneginf(lse[~listed]).all()
+    assert torch.isfinite(lse[listed]).all() and listed.any()
+
+
+def test_bad_inputs_raise_clear_errors(gen):
+    q, k_cache, v_cache, table, n_pages, last = _case(gen, 2, 2, 2, 8, 16, torch.float32)
+    with pytest.raises(KernelInputError, match="last_page_tokens must lie in"):
+        sparse_decode_attention(q, k_cache, v_cache, table, n_pages, last * 0)
+    with pytest.raises(KernelInputError, match="n_pages must lie in"):
+        sparse_decode_attention(q, k_cache, v_cache, table, n_pages + 10, last)
+    bad = table.clone()
+    bad[0, 0, 0] = 99
+    n_pages[0, 0] = max(1, int(n_pages[0, 0]))
+    with pytest.raises(KernelInputError, match="slot ids"):
+        sparse_decode_attention(q, k_cache, v_cache, bad, n_pages, last)
+    with pytest.raises(KernelInputError, match="page_table must be int32"):
+        sparse_decode_attention(q, k_cache, v_cache, table.long(), n_pages, last)
+    with pytest.raises(KernelInputError, match="NHD"):
+        sparse_decode_attention(q, k_cache[..., :8], v_cache[..., :8], table, n_pages, last)

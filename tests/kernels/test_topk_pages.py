@@ -1,0 +1,64 @@
+"""topk_pages: Triton (interpreter) vs reference (exact), and the reference vs a Python sort."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import KernelInputError
+from kernels.topk_pages import MAX_TRITON_PAGES, topk_pages, topk_pages_reference, topk_pages_triton
+
+
+def _scores_with_ties(gen: torch.Generator, b: int, hkv: int, n_pages: int) -> torch.Tensor:
+    """Small integer scores (many ties), some -inf (non-candidates), one NaN, one row all -inf."""
+    s = torch.randint(0, 4, (b, hkv, n_pages), generator=gen).float()
+    s[torch.rand(b, hkv, n_pages, generator=gen) < 0.3] = float("-inf")
+    s[0, 0, n_pages // 2] = float("nan")
+    if b * hkv > 1:
+        s[-1, -1] = float("-inf")
+    return s
+
+
+def _python_topk(row: list[float], k: int) -> list[int]:
+    """Highest first, ties by lower index; only finite candidates; -1 padding."""
+    cands = [(-v, i) for i, v in enumerate(row) if v == v and v != float("-inf")]
+    picked = [i for _, i in sorted(cands)[:k]]
+    return picked + [-1] * (k - len(picked))
+
+
+@pytest.mark.usefixtures("triton_interpreter")
+@pytest.mark.parametrize("b,hkv,n_pages,k", [(2, 3, 11, 4), (1, 2, 40, 40), (3, 1, 7, 12), (2, 2, 65, 8)])
+def test_triton_matches_reference_exactly(gen, b, hkv, n_pages, k):
+    s = _scores_with_ties(gen, b, hkv, n_pages)
+    got = topk_pages_triton(s, k)
+    assert got.dtype == torch.int32 and got.shape == (b, hkv, k)
+    assert torch.equal(got, topk_pages_reference(s, k))
+
+
+@pytest.mark.usefixtures("triton_interpreter")
+def test_triton_on_continuous_scores_and_strided_input(gen):
+    s = torch.randn(3, 4, 30, generator=gen)
+    s[:, :, :3] = float("-inf")
+    strided = s.transpose(0, 1).contiguous().transpose(0, 1)
+    assert torch.equal(topk_pages_triton(strided, 6), topk_pages_reference(s, 6))
+
+
+def test_reference_matches_python_sort(gen):
+    s = _scores_with_ties(gen, 3, 2, 13)
+    for k in (0, 1, 5, 13, 20):
+        got = topk_pages_reference(s, k)
+        for i in range(3):
+            for h in range(2):
+                assert got[i, h].tolist() == _python_topk(s[i, h].tolist(), k)
+
+
+def test_rows_beyond_the_triton_limit_fall_back(gen):
+    s = torch.randn(1, 1, MAX_TRITON_PAGES + 3, generator=gen)
+    assert torch.equal(topk_pages_triton(s, 5), topk_pages_reference(s, 5))
+
+
+def test_bad_inputs_raise_clear_errors(gen):
+    with pytest.raises(KernelInputError, match="k must be"):
+        topk_pages(torch.zeros(1, 1, 4), -1)
+    with pytest.raises(KernelInputError, match="scores must be"):
+        topk_pages(torch.zeros(4), 1)

@@ -1,0 +1,59 @@
+"""`dse hardware list / show`: every shipped profile listed, every field shown with its source."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dse.commands.hardware import command
+from sim.hardware import PROFILES_ENV, HardwareError, list_profiles, load_profile
+
+
+@pytest.fixture(autouse=True)
+def _no_user_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PROFILES_ENV, raising=False)
+
+
+def test_list_shows_every_profile() -> None:
+    result = CliRunner().invoke(command, ["list"])
+    assert result.exit_code == 0, result.output
+    for name in list_profiles():
+        assert name in result.output
+    assert "25.8" in result.output  # a100-40g-pcie4 effective h2d
+    assert "nvlink-c2c" in result.output
+
+
+def test_show_prints_every_field_with_source() -> None:
+    result = CliRunner().invoke(command, ["show", "a100-40g-pcie4"])
+    assert result.exit_code == 0, result.output
+    profile = load_profile("a100-40g-pcie4")
+    for dotted in profile.sources:
+        assert f"  {dotted.split('.')[1]}: " in result.output
+    assert result.output.count("source: ") == len(profile.sources)
+    assert "AMD EPYC 7302" in result.output and "16 KiB" in result.output
+
+
+def test_show_json_round_trips_values_and_sources() -> None:
+    result = CliRunner().invoke(command, ["show", "h100-sxm", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    profile = load_profile("h100-sxm")
+    assert data["gpu"]["hbm_bandwidth_gbps"]["value"] == profile.gpu.hbm_bandwidth_gbps
+    assert data["link"]["run_efficiency"]["value"][0] == list(profile.link.run_efficiency[0])
+    assert all("source" in v or "calibrated" in v for v in data["host"].values() if isinstance(v, dict))
+
+
+def test_show_unknown_profile_raises_the_user_error() -> None:
+    result = CliRunner().invoke(command, ["show", "a100-41g"])
+    assert isinstance(result.exception, HardwareError)
+    assert "available" in str(result.exception)
+
+
+def test_dse_main_prints_hardware_errors_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from dse.cli import main
+
+    assert main(["hardware", "show", "a100-41g"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown hardware profile" in err and "Traceback" not in err

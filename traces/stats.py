@@ -1,0 +1,301 @@
+"""Trace statistics (numpy only), each computed in one streaming pass over the records.
+
+Conventions. A *check* is one (step, layer, KV head) entry of a sparse layer (a layer not in
+meta.runtime["dense_layers"]) whose pooled similarity is finite; dense layers and NaN similarities are
+left out of every correction and similarity statistic. A *(step, layer) check* is a step and sparse
+layer with at least one such head. Per-layer and per-head values are NaN (None in JSON) where there was
+nothing to count.
+
+- correction_rate: share of checks whose head was corrected: the recorded flags (tau=None), or
+  recomputed as similarity < tau (the runtime's rule, so tau = the run's tau reproduces the flags).
+- hit_rate: share of selected pages that were already resident on the GPU = 1 - missed / selected.
+- mean_similarity: (L, H) mean, min, max and standard deviation of the pooled query similarity.
+- trace_summary: all of the above and demand figures for the simulator, as a JSON-able dict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from traces.errors import TraceError
+from traces.reader import TraceReader
+from traces.records import PrefillRecord, StepRecord
+
+__all__ = [
+    "CorrectionRate",
+    "HitRate",
+    "SimilarityStats",
+    "correction_rate",
+    "hit_rate",
+    "mean_similarity",
+    "trace_summary",
+]
+
+
+def _ratio(num: np.ndarray | float, den: np.ndarray | float) -> np.ndarray:
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _json(value: Any) -> Any:
+    """numpy arrays / scalars -> nested lists of Python floats, NaN -> None."""
+    if isinstance(value, np.ndarray):
+        return [_json(v) for v in value.tolist()] if value.ndim else _json(value.item())
+    if isinstance(value, dict):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+@dataclass(frozen=True)
+class CorrectionRate:
+    """tau: None for the recorded flags. overall: corrected / checks. per_layer (L,), per_head (L, H).
+    check_share: share of (step, layer) checks with at least one corrected head; per layer (L,)."""
+
+    tau: float | None
+    overall: float
+    per_layer: np.ndarray
+    per_head: np.ndarray
+    check_share: float
+    check_share_per_layer: np.ndarray
+    n_checks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class HitRate:
+    """overall: 1 - missed / selected pages over all steps; per_layer (L,). corrected_check_share: share
+    of (step, layer) checks with at least one head corrected, from the recorded flags."""
+
+    overall: float
+    per_layer: np.ndarray
+    corrected_check_share: float
+    selected_pages: int
+    missed_pages: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class SimilarityStats:
+    """(L, H) arrays over the finite similarities of sparse layers; count (L, H) int."""
+
+    mean: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    std: np.ndarray
+    count: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
+
+
+class _Pass:
+    """Accumulators fed one StepRecord at a time (constant memory)."""
+
+    def __init__(self, reader: TraceReader, tau: float | None) -> None:
+        n_layers, n_kv_heads = reader.n_layers, reader.n_kv_heads
+        shape = (n_layers, n_kv_heads)
+        self.tau = tau
+        self.sparse = np.ones(n_layers, dtype=bool)
+        self.sparse[[x for x in reader.dense_layers if 0 <= x < n_layers]] = False
+        self.checks = np.zeros(shape, np.int64)
+        self.corrected = np.zeros(shape, np.int64)
+        self.recorded_corrected = np.zeros(shape, np.int64)
+        self.layer_checks = np.zeros(n_layers, np.int64)
+        self.layer_corrected = np.zeros(n_layers, np.int64)
+        self.layer_recorded_corrected = np.zeros(n_layers, np.int64)
+        self.sim_sum = np.zeros(shape)
+        self.sim_sq = np.zeros(shape)
+        self.sim_min = np.full(shape, np.nan)
+        self.sim_max = np.full(shape, np.nan)
+        self.selected = np.zeros(shape, np.int64)
+        self.missed = np.zeros(shape, np.int64)
+        self.missed_corrected = 0
+        self.attended_sparse = 0
+        self.n_steps = 0
+
+    def add(self, rec: StepRecord) -> None:
+        sim = np.asarray(rec.similarity, dtype=np.float64)
+        valid = self.sparse[:, None] & np.isfinite(sim)
+        recorded = np.asarray(rec.corrected, dtype=bool) & valid
+        corrected = recorded if self.tau is None else (sim < self.tau) & valid
+        self.checks += valid
+        self.corrected += corrected
+        self.recorded_corrected += recorded
+        layer_checked = valid.any(axis=1)
+        self.layer_checks += layer_checked
+        self.layer_corrected += corrected.any(axis=1)
+        self.layer_recorded_corrected += recorded.any(axis=1)
+        finite = np.where(valid, sim, 0.0)
+        self.sim_sum += finite
+        self.sim_sq += finite * finite
+        masked = np.where(valid, sim, np.nan)
+        self.sim_min = np.fmin(self.sim_min, masked)
+        self.sim_max = np.fmax(self.sim_max, masked)
+        missed = rec.missed_counts()
+        self.selected += rec.selected_counts()
+        self.missed += missed
+        self.missed_corrected += int(missed[np.asarray(rec.corrected, dtype=bool)].sum())
+        self.attended_sparse += int(np.asarray(rec.attended_tokens)[self.sparse].sum())
+        self.n_steps += 1
+
+    def correction(self) -> CorrectionRate:
+        return CorrectionRate(
+            tau=self.tau,
+            overall=float(_ratio(self.corrected.sum(), self.checks.sum())),
+            per_layer=_ratio(self.corrected.sum(axis=1), self.checks.sum(axis=1)),
+            per_head=_ratio(self.corrected, self.checks),
+            check_share=float(_ratio(self.layer_corrected.sum(), self.layer_checks.sum())),
+            check_share_per_layer=_ratio(self.layer_corrected, self.layer_checks),
+            n_checks=int(self.checks.sum()),
+        )
+
+    def hits(self) -> HitRate:
+        return HitRate(
+            overall=float(1.0 - _ratio(self.missed.sum(), self.selected.sum())),
+            per_layer=1.0 - _ratio(self.missed.sum(axis=1), self.selected.sum(axis=1)),
+            corrected_check_share=float(
+                _ratio(self.layer_recorded_corrected.sum(), self.layer_checks.sum())
+            ),
+            selected_pages=int(self.selected.sum()),
+            missed_pages=int(self.missed.sum()),
+        )
+
+    def similarity(self) -> SimilarityStats:
+        mean = _ratio(self.sim_sum, self.checks)
+        var = np.maximum(_ratio(self.sim_sq, self.checks) - mean * mean, 0.0)
+        return SimilarityStats(
+            mean, self.sim_min.copy(), self.sim_max.copy(), np.sqrt(var), self.checks.copy()
+        )
+
+
+def _run(reader: TraceReader, tau: float | None) -> _Pass:
+    acc = _Pass(reader, _check_tau(tau))
+    for rec in reader.steps():
+        acc.add(rec)
+    return acc
+
+
+def _check_tau(tau: float | None) -> float | None:
+    if tau is None:
+        return None
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not -1.0 <= tau <= 1.0:
+        raise TraceError(
+            f"tau must be None (use the recorded flags) or a cosine threshold in [-1, 1], got {tau!r}"
+        )
+    return float(tau)
+
+
+def correction_rate(reader: TraceReader, tau: float | None = None) -> CorrectionRate:
+    """Share of checks corrected: recorded flags (tau=None) or recomputed as similarity < tau."""
+    return _run(reader, tau).correction()
+
+
+def hit_rate(reader: TraceReader) -> HitRate:
+    """Share of selected pages already resident (1 - missed / selected), overall and per layer."""
+    return _run(reader, None).hits()
+
+
+def mean_similarity(reader: TraceReader) -> SimilarityStats:
+    """(L, H) mean, min, max and std of the pooled query similarity (the FreeKV observation)."""
+    return _run(reader, None).similarity()
+
+
+def trace_summary(
+    reader: TraceReader, tau: float | None = None, *, kv_dtype_bytes: int = 2
+) -> dict[str, Any]:
+    """Everything a study report or the simulator needs from a trace, as a JSON-able dict (one pass).
+
+    tau recomputes only the correction statistics; hits and recalls are what the run did. Recall bytes
+    count K and V of each missed head-page: page_size * head_dim * 2 * kv_dtype_bytes (default 2: a
+    16-bit KV cache as served on GPU, whatever dtype the traced run computed in).
+    """
+    acc = _Pass(reader, _check_tau(tau))
+    sequences: set[int] = set()
+    context_min, context_max, context_sum = math.inf, 0, 0
+    timing_sum: dict[str, float] = {}
+    timing_steps: dict[str, int] = {}
+    prefill_sum: dict[str, float] = {}
+    prefill_count: dict[str, int] = {}
+    for rec in reader.records():
+        sequences.add(rec.sequence)
+        if isinstance(rec, PrefillRecord):
+            for name, seconds in rec.timings_s.items():
+                prefill_sum[name] = prefill_sum.get(name, 0.0) + seconds
+                prefill_count[name] = prefill_count.get(name, 0) + 1
+            continue
+        acc.add(rec)
+        context_min, context_max = min(context_min, rec.context_tokens), max(context_max, rec.context_tokens)
+        context_sum += rec.context_tokens
+        for name, seconds in rec.timings_s.items():
+            timing_sum[name] = timing_sum.get(name, 0.0) + seconds
+            timing_steps[name] = timing_steps.get(name, 0) + 1
+
+    meta, model, n = reader.meta, reader.meta.model, max(acc.n_steps, 1)
+    corr, hits, sim = acc.correction(), acc.hits(), acc.similarity()
+    page_size = meta.runtime.get("page_size")
+    page_bytes = page_size * model.head_dim * 2 * kv_dtype_bytes if isinstance(page_size, int) else None
+    missed_per_step = acc.missed.sum() / n
+    n_sparse_heads = int(acc.sparse.sum()) * model.n_kv_heads
+    return _json({
+        "trace": str(reader.path),
+        "format_version": meta.format_version,
+        "model": model.name,
+        "complete": reader.complete,
+        "truncated": reader.truncated,
+        "n_sequences": len(sequences),
+        "steps": acc.n_steps,
+        "prefills": reader.n_prefills,
+        "layers": model.n_layers,
+        "kv_heads": model.n_kv_heads,
+        "dense_layers": list(reader.dense_layers),
+        "run_tau": meta.runtime.get("tau"),
+        "tau": tau,
+        "correction_rate": corr.overall,
+        "correction_rate_per_layer": corr.per_layer,
+        "corrected_check_share": corr.check_share,
+        "corrected_check_share_per_layer": corr.check_share_per_layer,
+        "hit_rate": hits.overall,
+        "hit_rate_per_layer": hits.per_layer,
+        "mean_similarity": sim.mean,
+        "similarity_overall": {
+            "mean": float(_ratio(acc.sim_sum.sum(), acc.checks.sum())),
+            "min": float(np.nanmin(sim.min)) if np.isfinite(sim.min).any() else math.nan,
+            "max": float(np.nanmax(sim.max)) if np.isfinite(sim.max).any() else math.nan,
+        },
+        "context_tokens": (
+            {"min": context_min, "max": context_max, "mean": context_sum / n} if acc.n_steps else None
+        ),
+        "selected_pages_per_step": acc.selected.sum() / n,
+        "missed_pages_per_step": missed_per_step,
+        "missed_pages_per_step_corrected_heads": acc.missed_corrected / n,
+        "selected_pages_per_head_step": _ratio(acc.selected.sum(), n * n_sparse_heads),
+        "missed_pages_per_head_step": _ratio(acc.missed.sum(), n * n_sparse_heads),
+        "attended_tokens_per_sparse_head_step": _ratio(acc.attended_sparse, n * n_sparse_heads),
+        "recall_bytes_per_step": missed_per_step * page_bytes if page_bytes is not None else None,
+        "recall_bytes_basis": (
+            f"missed head-pages x page_size {page_size} x head_dim {model.head_dim} x 2 (K and V) x "
+            f"{kv_dtype_bytes} bytes per element"
+        ),
+        "timings_s": {
+            "clock": meta.timing_clock,
+            "step_mean": {k: timing_sum[k] / timing_steps[k] for k in sorted(timing_sum)},
+            "steps_with": dict(sorted(timing_steps.items())),
+            "prefill_mean": {k: prefill_sum[k] / prefill_count[k] for k in sorted(prefill_sum)},
+        },
+    })
