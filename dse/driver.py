@@ -93,25 +93,17 @@ class Sweep:
 
     # -- setup ---------------------------------------------------------------------------------------
 
-    def _n_constraints(self) -> int:
-        c = self.study.constraints
-        return int(c.min_accuracy_ratio is not None) + int(c.require_fit)
-
-    def _constraints_func(self, trial: Any) -> list[float]:
-        values = trial.user_attrs.get("constraint_values")
-        return list(values) if values is not None else [1.0] * self._n_constraints()
-
     def _sampler(self) -> Any:
         import optuna
 
+        # constraints reach the samplers through Trial.set_constraint (see _store)
         s = self.study.sampler
-        cf = self._constraints_func if self._n_constraints() else None
         if s.name == "tpe":
             kw = {"n_startup_trials": s.n_startup_trials} if s.n_startup_trials else {}
-            return optuna.samplers.TPESampler(seed=s.seed, constraints_func=cf, **kw)
+            return optuna.samplers.TPESampler(seed=s.seed, **kw)
         if s.name == "nsga2":
             kw = {"population_size": s.population_size} if s.population_size else {}
-            return optuna.samplers.NSGAIISampler(seed=s.seed, constraints_func=cf, **kw)
+            return optuna.samplers.NSGAIISampler(seed=s.seed, **kw)
         if s.name == "grid":
             return optuna.samplers.GridSampler(self.space.grid(), seed=s.seed)
         return optuna.samplers.RandomSampler(seed=s.seed)
@@ -239,6 +231,8 @@ class Sweep:
             for k, v in twin.user_attrs.items():
                 if k not in ("worker", "config", "config_key", "requeued_from"):
                     trial.set_user_attr(k, v)
+            for k, v in twin.constraints.items():
+                trial.set_constraint(k, v)
             trial.set_user_attr("duplicate_of", twin.number)
             return list(twin.values)
         try:
@@ -261,8 +255,9 @@ class Sweep:
         for k, v in ev.attrs(self.study.replay_models[0]).items():
             trial.set_user_attr(k, v)
         trial.set_user_attr("constraints", constraints)
-        trial.set_user_attr("constraint_values", list(constraints.values()))
         trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
+        for k, v in constraints.items():
+            trial.set_constraint(k, v)
 
     # -- the loop ------------------------------------------------------------------------------------
 

@@ -129,7 +129,8 @@ def replay(
     sim_models: dict[str, dict[str, dict]] = {}
     sim_grid: list[dict] = []
     for model in study.replay_models:
-        demand = demand_from_trace(trace_dir, target_model=model)
+        # dense attention needs no recall demand (the simulator's dense method costs none)
+        demand = None if knobs is None else demand_from_trace(trace_dir, target_model=model)
         sim_models[model] = {
             hw: simulate(model, demand, hw, w.batch_sizes[0], w.input_tokens) for hw in study.hardware
         }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
@@ -243,7 +244,10 @@ def _trial_result(trial: Any, target_model: str | None) -> TrialResult:
         feasible=ua.get("feasible"),
         duplicate_of=ua.get("duplicate_of"),
         error=ua.get("error"),
-        interrupted=ua.get("interrupted"),
+        interrupted=ua.get("interrupted") or (
+            "stopped by an interrupted or killed worker (re-queued)"
+            if trial.state.name == "FAIL" and "error" not in ua else None
+        ),
         skipped=ua.get("skipped"),
         wall_s=ua.get("wall_s"),
         worker=ua.get("worker", {}),
@@ -270,8 +274,15 @@ def list_studies(storage_url: str) -> list[str]:
     """Names of the studies in an Optuna storage."""
     import optuna
 
+    from dse.sweep_storage import open_storage
+
+    if storage_url.startswith("sqlite:///"):
+        path = Path(storage_url.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise DseError(f"no study database at {path} (storage {storage_url!r}): run `dse sweep` first.")
+    storage = open_storage(storage_url, heartbeat=False)
     try:
-        return [s.study_name for s in optuna.get_all_study_summaries(storage_url, include_best_trial=False)]
+        return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     except Exception as exc:  # noqa: BLE001 - any storage failure becomes one user-facing paragraph
         raise DseError(f"cannot read the Optuna storage {storage_url!r}: {exc}") from None
 
@@ -282,6 +293,8 @@ def load_results(storage_url: str, study_name: str | None = None) -> StudyResult
     Raises DseError when the storage cannot be opened or the study is not there (naming the ones that
     are)."""
     import optuna
+
+    from dse.sweep_storage import open_storage
 
     names = list_studies(storage_url)
     if study_name is None:
@@ -296,7 +309,7 @@ def load_results(storage_url: str, study_name: str | None = None) -> StudyResult
             f"no study named {study_name!r} in {storage_url!r}; it holds: {', '.join(names) or 'none'}."
         )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))
     attrs = study.user_attrs
     config = attrs.get("study_config", {})
     target_model = config.get("target_model") or config.get("model", {}).get("name")

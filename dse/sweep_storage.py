@@ -24,8 +24,9 @@ GRACE_PERIOD_S = 60
 _SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
-def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None) -> Any:
-    """An optuna RDBStorage for `url` with heartbeats; DseError naming the URL when it cannot open."""
+def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, heartbeat: bool = True) -> Any:
+    """An optuna RDBStorage for `url` (with heartbeats unless `heartbeat` is False, e.g. for reading);
+    DseError naming the URL when it cannot open."""
     import optuna
 
     scheme = url.split(":", 1)[0].split("+", 1)[0]
@@ -35,6 +36,7 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None) -
             "missing), postgresql://user:password@host:port/database, or another SQLAlchemy URL "
             f"({', '.join(_SCHEMES)})."
         )
+    url = _with_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if scheme == "sqlite":
         path = url.removeprefix("sqlite:///")
@@ -49,12 +51,25 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None) -
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                grace_period=GRACE_PERIOD_S, heartbeat_stale_trial_callback=on_stale,
+                url, engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S if heartbeat else None,
+                grace_period=GRACE_PERIOD_S if heartbeat else None,
+                heartbeat_stale_trial_callback=on_stale if heartbeat else None,
             )
     except Exception as exc:  # noqa: BLE001 - driver/connection errors become one user-facing paragraph
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DseError(f"cannot open the Optuna storage {url!r}: {first}") from None
+
+
+def _with_driver(url: str) -> str:
+    """`postgresql://` means psycopg (v3) to SQLAlchemy 2.1; use psycopg2 when only it is installed."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
 
 
 def counts_toward_budget(trial: Any) -> bool:

@@ -13,6 +13,7 @@ Writes `out_dir/trace/` (a `traces` trace: one sequence per task sample) and `ou
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from dataclasses import dataclass, field, replace
@@ -161,6 +162,7 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
     spec = get_model(req.model)
     device, dtype = resolve_device(req.device), resolve_dtype(req.dtype)
     task = get_task(req.task.name)
+    task.check(req.task)
     if req.task.context_tokens > spec.max_position_tokens:
         raise RuntimeInputError(
             f"task context_tokens {req.task.context_tokens} exceeds the {spec.max_position_tokens} positions "
@@ -200,6 +202,7 @@ def _write_summary(out_dir: Path, trace_dir: Path, accuracy: dict[str, float], w
     from traces.stats import trace_summary
 
     reader = open_trace(trace_dir)
+    accuracy = {k: (None if math.isnan(v) else v) for k, v in accuracy.items()}  # JSON has no NaN
     summary = {"accuracy": accuracy, "wall_s": wall_s, "trace_dir": str(trace_dir), **trace_summary(reader)}
     path = out_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")

@@ -30,7 +30,9 @@ __all__ = [
 class DecisionSink(Protocol):
     """Receives what the policy decided (see `freekv_runtime.recorder.TraceRecorder`)."""
 
-    def on_prefill(self, decisions: PrefillDecisions, prompt_tokens: int, timings_s: dict[str, float]) -> None:
+    def on_prefill(
+        self, decisions: PrefillDecisions, prompt_tokens: int, timings_s: dict[str, float]
+    ) -> None:
         ...
 
     def on_step(self, decisions: StepDecisions, context_tokens: int, timings_s: dict[str, float]) -> None:

@@ -1,4 +1,4 @@
-"""Model adapter: our own forward over a Hugging Face Llama / Qwen2 causal LM, attention delegated to a policy.
+"""Model adapter: our own forward over a HF Llama / Qwen2 causal LM, attention delegated to a policy.
 
 This is the only file that touches transformers internals. It reuses the HF module's submodules
 (embed_tokens, per layer input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp; the

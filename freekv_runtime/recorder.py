@@ -35,7 +35,9 @@ class TraceRecorder:
         self.n_steps = 0
         self.attention_mass: list[np.ndarray] = []  # per step: (b, L, H) float32
 
-    def on_prefill(self, decisions: PrefillDecisions, prompt_tokens: int, timings_s: dict[str, float]) -> None:
+    def on_prefill(
+        self, decisions: PrefillDecisions, prompt_tokens: int, timings_s: dict[str, float]
+    ) -> None:
         if self.writer is None:
             return
         for i, selected in enumerate(decisions.initial_selected):

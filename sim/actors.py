@@ -169,5 +169,6 @@ def simulate_simpy(
 
     env.process(host())
     env.run()
-    return SimpyResult(step_end_s=compute_end, events=sorted(events, key=lambda e: (e[2], e[0])),
-                       copy_events=copy_events)
+    return SimpyResult(
+        step_end_s=compute_end, events=sorted(events, key=lambda e: (e[2], e[0])), copy_events=copy_events
+    )

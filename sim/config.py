@@ -75,7 +75,9 @@ class SimConfig:
                 f"got {self.budget_tokens!r}"
             )
         if self.tau is not None and not (-1.0 <= float(self.tau) <= 1.0):
-            raise SimInputError(f"SimConfig.tau must be None or a cosine threshold in [-1, 1], got {self.tau}")
+            raise SimInputError(
+                f"SimConfig.tau must be None or a cosine threshold in [-1, 1], got {self.tau}"
+            )
         object.__setattr__(self, "dense_layers", tuple(sorted({int(x) for x in self.dense_layers})))
         if any(x < 0 for x in self.dense_layers):
             raise SimInputError(f"SimConfig.dense_layers must be layer indices >= 0, got {self.dense_layers}")

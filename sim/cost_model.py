@@ -187,10 +187,20 @@ def transfer_duration_s(
         n_vals, n_inv = np.unique(n, return_inverse=True)
         e_vals, e_inv = np.unique(e_full, return_inverse=True)
         keys, key_inv = np.unique(n_inv.ravel() * len(e_vals) + e_inv.ravel(), return_inverse=True)
-        uniq = transfer_duration_s(
-            n_vals[keys // len(e_vals)], e_vals[keys % len(e_vals)], issue_s, issue_threads,
-            chunk_copies, buffers, convert_fixed_s, convert_per_copy_s,
-        ) if len(keys) <= 64 or len(keys) < n.size // 2 else None
+        uniq = (
+            transfer_duration_s(
+                n_vals[keys // len(e_vals)],
+                e_vals[keys % len(e_vals)],
+                issue_s,
+                issue_threads,
+                chunk_copies,
+                buffers,
+                convert_fixed_s,
+                convert_per_copy_s,
+            )
+            if len(keys) <= 64 or len(keys) < n.size // 2
+            else None
+        )
         if uniq is not None:
             return uniq[key_inv].reshape(n.shape)
     out = np.zeros(n.shape, dtype=np.float64)

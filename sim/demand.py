@@ -31,9 +31,8 @@ from sim.errors import SimInputError
 from traces.models import ModelSpec, get_model
 
 if TYPE_CHECKING:
-    from traces import TraceReader
-
     from sim.config import SimConfig
+    from traces import TraceReader
 
 __all__ = ["Demand", "BatchDemand", "demand_from_trace", "batch_demand", "layer_map", "head_map"]
 
@@ -127,9 +126,7 @@ def head_map(n_target: int, n_source: int) -> np.ndarray:
     return (np.arange(n_target) * n_source) // n_target
 
 
-def demand_from_trace(
-    trace: str | PathLike[str] | TraceReader, target_model: str | None = None
-) -> Demand:
+def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: str | None = None) -> Demand:
     """Read a trace (directory or open reader) into a Demand on `target_model`'s shape.
 
     target_model None or equal to the trace's model: no transplant. Otherwise layers and heads are
@@ -281,9 +278,17 @@ def _empty_batch_demand(cfg: SimConfig, model: ModelSpec) -> BatchDemand:
     dense = np.zeros(model.n_layers, dtype=bool)
     dense[[x for x in cfg.dense_layers if x < model.n_layers]] = True
     return BatchDemand(
-        context_tokens=context, candidate_pages=candidates, selected_per_head=per_head,
-        corrected_heads=zeros, any_corrected=zeros > 0, selected_pages=zeros, missed_sync=zeros,
-        missed_bg=zeros, dense_layer=dense, batch=cfg.batch_size, label="none",
+        context_tokens=context,
+        candidate_pages=candidates,
+        selected_per_head=per_head,
+        corrected_heads=zeros,
+        any_corrected=zeros > 0,
+        selected_pages=zeros,
+        missed_sync=zeros,
+        missed_bg=zeros,
+        dense_layer=dense,
+        batch=cfg.batch_size,
+        label="none",
     )
 
 

@@ -33,8 +33,14 @@ EngineName = Literal["aggregated", "simpy"]
 class Prepared:
     """A method's template, work and durations for one config and demand (inputs of both engines)."""
 
-    def __init__(self, cfg: SimConfig, method: Method, ctx: CostContext, template: tuple[OpSpec, ...],
-                 work: dict[str, Work]) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        method: Method,
+        ctx: CostContext,
+        template: tuple[OpSpec, ...],
+        work: dict[str, Work],
+    ) -> None:
         self.cfg, self.method, self.ctx, self.template, self.work = cfg, method, ctx, template, work
         self.durations_s = durations_of(work)
 
@@ -47,8 +53,14 @@ def durations_of(work: dict[str, Work]) -> dict[str, np.ndarray]:
             out[name] = np.asarray(item.seconds, dtype=np.float64)
         else:
             out[name] = transfer_duration_s(
-                item.n_copies, item.copy_s, item.issue_s, item.issue_threads, item.chunk_copies,
-                item.buffers, item.convert_fixed_s, item.convert_per_copy_s,
+                item.n_copies,
+                item.copy_s,
+                item.issue_s,
+                item.issue_threads,
+                item.chunk_copies,
+                item.buffers,
+                item.convert_fixed_s,
+                item.convert_per_copy_s,
             )
     return out
 
@@ -64,8 +76,9 @@ def _resolve(cfg: SimConfig) -> tuple[ModelSpec, HardwareProfile]:
     return model, profile
 
 
-def prepare(cfg: SimConfig, demand: Demand | None, seed: int = 0,
-            profile: HardwareProfile | None = None) -> Prepared:
+def prepare(
+    cfg: SimConfig, demand: Demand | None, seed: int = 0, profile: HardwareProfile | None = None
+) -> Prepared:
     """Build the method, its template and its work for `cfg` (no timing yet)."""
     model, loaded = _resolve(cfg) if profile is None else (get_model(cfg.model), profile)
     method = get_method(cfg)
@@ -76,8 +89,13 @@ def prepare(cfg: SimConfig, demand: Demand | None, seed: int = 0,
         )
     rng = np.random.default_rng(seed)
     bd = batch_demand(demand if method.needs_demand else None, cfg, model, rng)
-    ctx = CostContext(cfg=cfg, model=model, profile=loaded, cost=CostModel(model, loaded, cfg.batch_size,
-                      cfg.dtype_bytes), demand=bd)
+    ctx = CostContext(
+        cfg=cfg,
+        model=model,
+        profile=loaded,
+        cost=CostModel(model, loaded, cfg.batch_size, cfg.dtype_bytes),
+        demand=bd,
+    )
     template = method.template(ctx)
     validate_template(template)
     work = method.work(ctx)
@@ -137,7 +155,9 @@ def run_simulation(
     for op in template:
         item = prep.work[op.name]
         if isinstance(item, Transfer):
-            per_copy = np.broadcast_to(np.asarray(item.bytes_per_copy, dtype=np.float64), np.shape(item.n_copies))
+            per_copy = np.broadcast_to(
+                np.asarray(item.bytes_per_copy, dtype=np.float64), np.shape(item.n_copies)
+            )
             link_bytes[item.direction] += float((np.asarray(item.n_copies) * per_copy).sum())
             link_busy[item.direction] += float(prep.durations_s[op.name].sum())
     link = ctx.profile.link
@@ -146,8 +166,9 @@ def run_simulation(
     notes = []
     if not mem.fits:
         notes.append(
-            f"out of memory: needs {mem.gpu_bytes / 2**30:.1f} GiB GPU (has {mem.gpu_capacity_bytes / 2**30:.1f})"
-            f" and {mem.host_bytes / 2**30:.1f} GiB host (has {mem.host_capacity_bytes / 2**30:.1f}); "
+            f"out of memory: needs {mem.gpu_bytes / 2**30:.1f} GiB GPU "
+            f"(has {mem.gpu_capacity_bytes / 2**30:.1f}) and {mem.host_bytes / 2**30:.1f} GiB host "
+            f"(has {mem.host_capacity_bytes / 2**30:.1f}); "
             f"largest batch that fits: {mem.max_batch}. Latency shown is what it would take if it fitted."
         )
     if demand is not None and demand.transplanted_from and prep.method.needs_demand:

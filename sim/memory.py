@@ -71,7 +71,9 @@ def memory_fit(need: MemoryNeed, cfg: SimConfig, model: ModelSpec, profile: Hard
         host_capacity_bytes=int(host_cap),
         weights_bytes=int(weights),
         kv_gpu_bytes=int(need.gpu_fixed_bytes + b * need.gpu_per_seq_bytes),
-        activation_bytes=int(b * _activation_per_seq_bytes(cfg, model) + _prefill_transient_bytes(cfg, model)),
+        activation_bytes=int(
+            b * _activation_per_seq_bytes(cfg, model) + _prefill_transient_bytes(cfg, model)
+        ),
         fits=bool(gpu <= gpu_cap and host <= host_cap),
         max_batch=max_batch,
         limit=limit,

@@ -18,8 +18,14 @@ TimelineEvent = dict[str, Any]  # {name, stream, start_s, end_s, step, layer}
 
 def _event_dict(ev: Event) -> TimelineEvent:
     name, stream, start, end, step, layer = ev
-    return {"name": name, "stream": stream or "join", "start_s": start, "end_s": end, "step": step,
-            "layer": layer}
+    return {
+        "name": name,
+        "stream": stream or "join",
+        "start_s": start,
+        "end_s": end,
+        "step": step,
+        "layer": layer,
+    }
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,11 @@ class SimResult:
 
     def latency_stats(self) -> dict[str, float]:
         lat = self.step_latency_s
-        return {"mean": float(lat.mean()), "p50": float(np.percentile(lat, 50)),
-                "p99": float(np.percentile(lat, 99))}
+        return {
+            "mean": float(lat.mean()),
+            "p50": float(np.percentile(lat, 50)),
+            "p99": float(np.percentile(lat, 99)),
+        }
 
     def critical_share(self) -> dict[str, float]:
         total = sum(self.breakdown_s.values()) or 1.0

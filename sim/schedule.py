@@ -58,8 +58,9 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
-def _compile(template: Sequence[OpSpec], const: Sequence[bool]):
-    """Generate and compile the loop for `template`; const[i]: op i has one duration everywhere."""
+def _compile(template: Sequence[OpSpec], modes: Sequence[tuple[str, float]]):
+    """Generate and compile the loop for `template`. modes[i]: how op i's durations vary: ("const",
+    value) one value everywhere, ("step", 0) per step only, ("layer", 0) per layer only, ("full", 0)."""
     ops = list(template)
     idx = {op.name: i for i, op in enumerate(ops)}
     prev_layer = sorted({idx[d.op] for op in ops for d in op.deps if d.lag == "prev_layer"})
@@ -82,50 +83,55 @@ def _compile(template: Sequence[OpSpec], const: Sequence[bool]):
         *[f"            pv{i} = ps{i}[layer]" for i in prev_step],
     ]
     for i, op in enumerate(ops):
-        dur = f"d{i}" if const[i] else f"d{i}[k]"
         dep_terms = []
         for dep in op.deps:
             j = idx[dep.op]
             term = {"layer": f"e{j}", "prev_layer": f"pl{j}", "prev_step": f"pv{j}"}[dep.lag]
             dep_terms.append((term, j))
-        body = [f"            x = {dur}", "            if x > 0.0:"]
-        on_compute = "compute" in op.resources
-        if on_compute:
-            body += ["                s = f_compute", "                w = -2"]
-            body += ["                if host > s:", "                    s = host", "                    w = -1"]
+        run: list[str] = []  # the op runs: x > 0
+        if "compute" in op.resources:
+            run += ["s = f_compute", "w = -2", "if host > s:", "    s = host", "    w = -1"]
             for r in op.resources:
                 if r != "compute":
-                    body += [f"                if f_{_ident(r)} > s:", f"                    s = f_{_ident(r)}"]
-                    body += [f"                    w = {i}"]
+                    run += [f"if f_{_ident(r)} > s:", f"    s = f_{_ident(r)}", f"    w = {i}"]
             for term, j in dep_terms:
-                body += [f"                if {term} > s:", f"                    s = {term}", f"                    w = {j}"]
-            body += [
-                "                if w != -2:",
-                "                    g = s - f_compute",
-                "                    if g > 0.0:",
-                "                        stall[host_by if w == -1 else w] += g",
+                run += [f"if {term} > s:", f"    s = {term}", f"    w = {j}"]
+            run += [
+                "if w != -2:",
+                "    g = s - f_compute",
+                "    if g > 0.0:",
+                "        stall[host_by if w == -1 else w] += g",
             ]
         else:
-            body += ["                s = host"]
+            run += ["s = host"]
             for r in op.resources:
-                body += [f"                if f_{_ident(r)} > s:", f"                    s = f_{_ident(r)}"]
+                run += [f"if f_{_ident(r)} > s:", f"    s = f_{_ident(r)}"]
             for term, _ in dep_terms:
-                body += [f"                if {term} > s:", f"                    s = {term}"]
-        body += [f"                e{i} = s + x"]
-        body += [f"                f_{_ident(r)} = e{i}" for r in op.resources]
-        body += ["                if rec:"]
-        body += [f"                    events.append(({i}, {r!r}, s, e{i}, step, layer))" for r in op.resources]
-        if not op.resources:
-            body += [f"                    events.append(({i}, '', s, e{i}, step, layer))"]
+                run += [f"if {term} > s:", f"    s = {term}"]
+        run += [f"e{i} = s + x"]
+        run += [f"f_{_ident(r)} = e{i}" for r in op.resources]
+        run += ["if rec:"]
+        run += [f"    events.append(({i}, {r!r}, s, e{i}, step, layer))" for r in op.resources or ("",)]
         if op.host_sync:
-            body += [
-                f"                host = (e{i} if e{i} > host else host) + sync_s",
-                f"                host_by = {i}",
-            ]
-        body += ["            else:", "                s = host"]
+            run += [f"host = (e{i} if e{i} > host else host) + sync_s", f"host_by = {i}"]
+        skip = ["s = host"]  # the op does not run: it ends when its dependencies (and the host) are done
         for term, _ in dep_terms:
-            body += [f"                if {term} > s:", f"                    s = {term}"]
-        body += [f"                e{i} = s"]
+            skip += [f"if {term} > s:", f"    s = {term}"]
+        skip += [f"e{i} = s"]
+        pad = " " * 12
+        mode, value = modes[i]
+        if mode == "const" and value > 0.0:
+            body = [f"{pad}x = d{i}"] + [pad + line for line in run]
+        elif mode == "const":
+            body = [pad + line for line in skip]
+        else:
+            index = {"step": "step", "layer": "layer", "full": "k"}[mode]
+            body = [f"{pad}x = d{i}[{index}]", f"{pad}if x > 0.0:"]
+            body += (
+                [pad + "    " + line for line in run]
+                + [f"{pad}else:"]
+                + [pad + "    " + line for line in skip]
+            )
         lines += body
         if i in prev_step:
             lines += [f"            ps{i}[layer] = e{i}"]
@@ -153,19 +159,25 @@ def run_schedule(
     if len(shapes) != 1:
         raise ValueError(f"all durations must share one (S, L) shape, got {shapes}")
     n_steps, n_layers = shapes.pop()
-    data, const = [], []
+    data, modes = [], []
     for op in template:
         arr = np.asarray(durations_s[op.name], dtype=np.float64)
         if arr.size and np.all(arr == arr.flat[0]):
             data.append(float(arr.flat[0]))
-            const.append(True)
+            modes.append(("const", float(arr.flat[0]) if arr.flat[0] > 0 else 0.0))
+        elif np.all(arr == arr[:, :1]):
+            data.append(arr[:, 0].tolist())
+            modes.append(("step", 0.0))
+        elif np.all(arr == arr[:1, :]):
+            data.append(arr[0].tolist())
+            modes.append(("layer", 0.0))
         else:
             data.append(arr.ravel().tolist())
-            const.append(False)
-    key = (tuple(template), tuple(const))
+            modes.append(("full", 0.0))
+    key = (tuple(template), tuple((m, v > 0) for m, v in modes))
     fn = _CACHE.get(key)
     if fn is None:
-        fn = _CACHE[key] = _compile(template, const)
+        fn = _CACHE[key] = _compile(template, [(m, 1.0 if v > 0 else 0.0) for m, v in modes])
     stall = [0.0] * (len(template) + 1)  # index -1 (host sync before any op) lands in the last slot
     events_raw: list = []
     ends = fn(data, n_steps, n_layers, float(sync_s), set(record_steps), stall, events_raw)  # type: ignore[operator]

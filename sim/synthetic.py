@@ -65,13 +65,17 @@ def parse_spec(spec: str) -> dict[str, Any]:
                 raise SimInputError(f"synthetic spec {spec!r}: {key.strip()} must be a number") from None
     unknown = sorted(set(raw) - set(_KEYS))
     if unknown:
-        raise SimInputError(f"synthetic spec {spec!r}: unknown keys {unknown}; valid keys: {', '.join(_KEYS)}")
+        raise SimInputError(
+            f"synthetic spec {spec!r}: unknown keys {unknown}; valid keys: {', '.join(_KEYS)}"
+        )
     for key in ("correction", "hit"):
         if key not in raw:
             raise SimInputError(f"synthetic spec {spec!r}: '{key}' is required (a share in [0, 1])")
         arr = np.asarray(raw[key], dtype=np.float64)
         if arr.size == 0 or np.any(arr < 0) or np.any(arr > 1) or np.any(np.isnan(arr)):
-            raise SimInputError(f"synthetic spec {spec!r}: '{key}' must be share(s) in [0, 1], got {raw[key]}")
+            raise SimInputError(
+                f"synthetic spec {spec!r}: '{key}' must be share(s) in [0, 1], got {raw[key]}"
+            )
     out = {**SPEC_DEFAULTS, **raw}
     for key in ("steps", "seqs", "pages"):
         if int(out[key]) < 1:
@@ -147,7 +151,9 @@ def synthetic_demand(spec: str, model: str, seed: int = 0) -> Demand:
     scalar_corr = np.ndim(params["correction"]) == 0
     steps, seqs, pages = params["steps"], params["seqs"], params["pages"]
     layer_off = rng.normal(0.0, params["layer_sd"], layers) if scalar_corr else np.zeros(layers)
-    head_off = rng.normal(0.0, params["head_sd"], (layers, heads)) if scalar_corr else np.zeros((layers, heads))
+    head_off = (
+        rng.normal(0.0, params["head_sd"], (layers, heads)) if scalar_corr else np.zeros((layers, heads))
+    )
     scalar_hit = np.ndim(params["hit"]) == 0
     hit_off = rng.normal(0.0, params["layer_sd"], layers) if scalar_hit else np.zeros(layers)
     corrected, ratios = [], []

@@ -28,13 +28,22 @@ def to_chrome_trace(events: Iterable[dict[str, Any]], process_name: str = "freek
     out: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": process_name}}
     ]
-    out += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": t, "args": {"name": s}} for s, t in tids.items()]
+    out += [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": t, "args": {"name": s}} for s, t in tids.items()
+    ]
     for e in events:
-        out.append({
-            "name": e["name"], "cat": e["stream"], "ph": "X", "pid": 0, "tid": tids[e["stream"]],
-            "ts": e["start_s"] * 1e6, "dur": (e["end_s"] - e["start_s"]) * 1e6,
-            "args": {"step": e["step"], "layer": e["layer"]},
-        })
+        out.append(
+            {
+                "name": e["name"],
+                "cat": e["stream"],
+                "ph": "X",
+                "pid": 0,
+                "tid": tids[e["stream"]],
+                "ts": e["start_s"] * 1e6,
+                "dur": (e["end_s"] - e["start_s"]) * 1e6,
+                "args": {"step": e["step"], "layer": e["layer"]},
+            }
+        )
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
@@ -52,23 +61,37 @@ def timeline_figure(events: Iterable[dict[str, Any]], title: str = "stream timel
     streams = _streams(events)
     fig = go.Figure()
     names = sorted({e["name"] for e in events})
-    palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#EECA3B", "#B279A2", "#FF9DA6",
-               "#9D755D", "#BAB0AC"]
+    palette = [
+        "#4C78A8",
+        "#F58518",
+        "#54A24B",
+        "#E45756",
+        "#72B7B2",
+        "#EECA3B",
+        "#B279A2",
+        "#FF9DA6",
+        "#9D755D",
+        "#BAB0AC",
+    ]
     for i, name in enumerate(names):
         evs = [e for e in events if e["name"] == name]
-        fig.add_trace(go.Bar(
-            name=name,
-            y=[e["stream"] for e in evs],
-            x=[(e["end_s"] - e["start_s"]) * 1e3 for e in evs],
-            base=[e["start_s"] * 1e3 for e in evs],
-            orientation="h",
-            marker_color=palette[i % len(palette)],
-            customdata=[[e["layer"], e["step"]] for e in evs],
-            hovertemplate=f"{name}<br>layer %{{customdata[0]}}, step %{{customdata[1]}}"
-            "<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                y=[e["stream"] for e in evs],
+                x=[(e["end_s"] - e["start_s"]) * 1e3 for e in evs],
+                base=[e["start_s"] * 1e3 for e in evs],
+                orientation="h",
+                marker_color=palette[i % len(palette)],
+                customdata=[[e["layer"], e["step"]] for e in evs],
+                hovertemplate=f"{name}<br>layer %{{customdata[0]}}, step %{{customdata[1]}}"
+                "<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>",
+            )
+        )
     fig.update_layout(
-        title=title, barmode="overlay", xaxis_title="time (ms)",
+        title=title,
+        barmode="overlay",
+        xaxis_title="time (ms)",
         yaxis={"categoryorder": "array", "categoryarray": list(reversed(streams))},
         height=120 + 40 * len(streams),
     )

@@ -91,6 +91,17 @@ def _member(x: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
     return sorted_ref[idx] == x
 
 
+def _diff_sorted(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(removed = prev - cur, added = cur - prev) for sorted unique int64 arrays, one searchsorted."""
+    if prev.size == 0 or cur.size == 0:
+        return prev, cur
+    idx = np.minimum(np.searchsorted(cur, prev), cur.size - 1)
+    kept = cur[idx] == prev
+    cur_in_prev = np.zeros(cur.size, dtype=bool)
+    cur_in_prev[idx[kept]] = True
+    return prev[~kept], cur[~cur_in_prev]
+
+
 def _heads_of(keys: np.ndarray) -> np.ndarray:
     return keys >> np.int64(32)
 
@@ -103,7 +114,8 @@ def keys_to_nested(keys: np.ndarray, n_layers: int, n_kv_heads: int) -> Nested:
     """Sorted key array -> selected[l][h] int32 arrays."""
     counts = _counts(keys, n_layers * n_kv_heads)
     ids = (keys & _LOW32).astype(np.int32)
-    parts = np.split(ids, np.cumsum(counts)[:-1])
+    ends = np.cumsum(counts).tolist()
+    parts = [ids[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     return tuple(tuple(parts[i * n_kv_heads:(i + 1) * n_kv_heads]) for i in range(n_layers))
 
 
@@ -131,8 +143,8 @@ class _Checker:
         if not ok:
             wanted = {"f": "a float (float32) array", "b": "a bool array", "i": "an integer array"}[kind]
             raise self.fail(f"{name} must be {wanted}, got dtype {a.dtype}")
-        if kind == "i" and a.size and (a.min() < 0 or a.max() >= _U32_LIMIT):
-            raise self.fail(f"{name} must hold integers in [0, 2**32), got range [{a.min()}, {a.max()}]")
+        if kind == "i" and a.size and (a.min() < 0 or a.max() >= _ID_LIMIT):
+            raise self.fail(f"{name} must hold integers in [0, 2**31), got range [{a.min()}, {a.max()}]")
         return a
 
     def nested_keys(self, name: str, nested: object) -> np.ndarray:
@@ -243,8 +255,7 @@ class RecordEncoder:
         self.names.add(new_names)
 
         n_heads = self.n_layers * self.n_kv_heads
-        removed = state.selected_keys[~_member(state.selected_keys, selected)]
-        added = selected[~_member(selected, state.selected_keys)]
+        removed, added = _diff_sorted(state.selected_keys, selected)
         removed_counts, added_counts = _counts(removed, n_heads), _counts(added, n_heads)
         missed_counts = _counts(missed, n_heads)
         in_added = _counts(missed[_member(missed, added)], n_heads)
@@ -368,13 +379,17 @@ class RecordDecoder:
         explicit = self._keys(cur, np.where(same, 0, missed_code // 2))
         self._check_end(cur, end, payload)
 
-        gone = _member(state.selected_keys, removed)
-        if int(gone.sum()) != removed.size:
-            raise ValueError("step removes pages its sequence had not selected")
-        kept = state.selected_keys[~gone]
-        if _member(added, kept).any():
-            raise ValueError("step adds pages its sequence had already selected")
+        prev = state.selected_keys
+        keep = np.ones(prev.size, dtype=bool)
+        if removed.size:
+            idx = np.searchsorted(prev, removed)
+            if idx.max() >= prev.size or not np.array_equal(prev[idx], removed):
+                raise ValueError("step removes pages its sequence had not selected")
+            keep[idx] = False
+        kept = prev[keep]
         selected = np.insert(kept, np.searchsorted(kept, added), added)
+        if selected.size > 1 and not (np.diff(selected) > 0).all():
+            raise ValueError("step adds pages its sequence had already selected")
         missed = np.sort(np.concatenate([explicit, added[same[_heads_of(added)]]]))
 
         similarity = unshuffle_bytes(payload[offset:offset + 4 * n_heads], "<f4", n_heads)

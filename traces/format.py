@@ -113,12 +113,11 @@ class ScanResult:
     torn_frame_offset: int | None = None
 
 
-def _read_file_header(f: BinaryIO, path: Path, file_bytes: int) -> bool:
+def _read_file_header(f: BinaryIO, path: Path) -> bool:
     """Check the 12-byte file header. Returns False for a file cut inside its header (empty trace)."""
     head = f.read(FILE_HEADER.size)
-    expected = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION)
     if len(head) < FILE_HEADER.size:
-        if head == expected[: len(head)] or head[: len(FILE_MAGIC)] == FILE_MAGIC[: len(head)]:
+        if head[: len(FILE_MAGIC)] == FILE_MAGIC[: len(head)]:  # the writer was killed inside the header
             return False
         raise TraceError(f"{path}: not a freekv-dse records file (it does not start with {FILE_MAGIC!r})")
     magic, version = FILE_HEADER.unpack(head)
@@ -160,6 +159,10 @@ def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | No
             raise TraceError(f"{where}: the file is shorter than when it was opened")
         kind, flags, n_bytes, payload_crc, header_crc = FRAME_HEADER.unpack(head)
         if zlib.crc32(head[:10]) != header_crc:
+            if stop is None and result is not None and _zeros_to_end(f, head):
+                # a crash without fsync can leave the file's last blocks zero-filled: a torn tail
+                result.truncated, result.torn_frame_offset = True, offset
+                return
             raise TraceError(
                 f"{where}: corrupted frame header (checksum mismatch); the file is damaged in the middle, "
                 "not merely cut short"
@@ -197,6 +200,16 @@ def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | No
         offset = frame_end
 
 
+def _zeros_to_end(f: BinaryIO, head: bytes) -> bool:
+    """True if `head` and everything after it to the end of the file are zero bytes."""
+    if head.strip(b"\0"):
+        return False
+    while chunk := f.read(1 << 20):
+        if chunk.strip(b"\0"):
+            return False
+    return True
+
+
 def scan_records(path: Path) -> ScanResult:
     """Check every frame of records.bin (header, CRC, decompression) without decoding records."""
     result = ScanResult()
@@ -204,7 +217,7 @@ def scan_records(path: Path) -> ScanResult:
         with open(path, "rb") as f:
             result.file_bytes = f.seek(0, 2)
             f.seek(0)
-            if not _read_file_header(f, path, result.file_bytes):
+            if not _read_file_header(f, path):
                 result.truncated = result.file_bytes > 0
                 return result
             result.valid_bytes = FILE_HEADER.size
@@ -220,7 +233,7 @@ def iter_frames(path: Path, valid_bytes: int) -> Iterator[Frame]:
     with open(path, "rb") as f:
         file_bytes = f.seek(0, 2)
         f.seek(0)
-        if valid_bytes < FILE_HEADER.size or not _read_file_header(f, path, file_bytes):
+        if valid_bytes < FILE_HEADER.size or not _read_file_header(f, path):
             return
         yield from _frames(f, path, file_bytes, FILE_HEADER.size, valid_bytes, None)
 

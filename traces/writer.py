@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -67,6 +68,7 @@ class TraceWriter:
 
         The directory must not already hold a trace unless `overwrite=True` (then its meta.json and
         records.bin are replaced; other files are left alone). compress_level: zlib level 0-9 (0: none).
+        meta.format_version is set to this writer's FORMAT_VERSION (e.g. when re-writing an older trace).
         """
         path = Path(path)
         if not isinstance(meta, RunMetadata):
@@ -75,11 +77,7 @@ class TraceWriter:
             raise TraceError(
                 f"{path}: RunMetadata.model must be a ModelSpec, got {type(meta.model).__name__}"
             )
-        if meta.format_version != FORMAT_VERSION:
-            raise TraceError(
-                f"{path}: RunMetadata.format_version is {meta.format_version}; this writer writes version "
-                f"{FORMAT_VERSION} only (leave the field at its default)"
-            )
+        meta = replace(meta, format_version=FORMAT_VERSION)  # the file's format is the writer's own
         if not 0 <= compress_level <= 9:
             raise TraceError(f"{path}: compress_level must be 0-9, got {compress_level}")
         text = meta_to_json(meta)

@@ -76,10 +76,16 @@ def _memory_figure(grid: CapacityGrid) -> FigureBlock:
                     "GiB<extra></extra>",
                 )
             )
-    fig.add_hline(
-        y=grid.gpu_memory_bytes / _GIB,
-        line={"color": "#000", "width": 2},
-        annotation_text=f"GPU memory {grid.gpu_memory_bytes / _GIB:.0f} GiB",
+    capacity_gib = grid.gpu_memory_bytes / _GIB
+    fig.add_trace(  # a trace, not add_hline: hline annotations misplace on log axes
+        go.Scatter(
+            x=[grid.batches[0], grid.batches[-1]],
+            y=[capacity_gib, capacity_gib],
+            mode="lines",
+            name=f"GPU memory {capacity_gib:.0f} GiB",
+            line={"color": "#000", "width": 3},
+            hovertemplate=f"GPU memory {capacity_gib:.1f} GiB<extra></extra>",
+        )
     )
     fig.update_layout(
         xaxis={"title": "batch (sequences)", "type": "log", "dtick": 0.30102999566},

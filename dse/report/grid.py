@@ -14,7 +14,7 @@ from typing import Any
 
 from dse.report.data import ReportData, Run
 from dse.report.recommend import recommend
-from dse.report.simulate import ReplayDemand, replay_demand, sim_config, sim_method, workload
+from dse.report.simulate import memory_of, replay_demand, sim_config, sim_method, simulate, workload
 
 __all__ = ["CapacityGrid", "capacity_grid", "grid_run", "GRID_STEPS"]
 
@@ -61,6 +61,7 @@ def grid_run(data: ReportData, profile: str) -> Run | None:
 
 def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid | None:
     """Simulate the grid of `profile`; None when no run has demand to replay."""
+    from sim import load_profile
     from traces.models import get_model
 
     run = grid_run(data, profile)
@@ -74,14 +75,16 @@ def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid
     batch0 = int(w["batch_sizes"][0])
     batches = tuple(sorted(set(_BATCHES) | {int(b) for b in w["batch_sizes"]}))
     wanted = sorted({input_tokens, *(int(c) for c in w["context_lengths"]), *_CONTEXTS})
-    contexts = tuple(c for c in wanted if c + steps <= max_pos)[:_MAX_CONTEXTS] or (input_tokens,)
+    # Contexts past the model's limit are clipped to it (prompt + simulated steps <= max positions).
+    contexts = tuple(sorted({min(c, max_pos - steps) for c in wanted}))[:_MAX_CONTEXTS]
     method = sim_method(run.config)
+    loaded = load_profile(profile)
 
     def simulate(m: str, batch: int, context: int) -> dict[str, Any]:
         cfg = sim_config(
             data, run.config, profile, batch_size=batch, input_tokens=context, output_tokens=steps, method=m
         )
-        return _simulate(cfg, demand, seed)
+        return simulate(cfg, demand, seed, loaded).to_dict()
 
     methods = (method, "dense")
     by_batch = {m: [(b, simulate(m, b, input_tokens)) for b in batches] for m in methods}
@@ -93,7 +96,7 @@ def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid
             cfg = sim_config(
                 data, run.config, profile, batch_size=1, input_tokens=c, output_tokens=steps, method=m
             )
-            memory[(m, c)] = [(b, _memory(cfg.replace(batch_size=b))) for b in batches]
+            memory[(m, c)] = [(b, memory_of(cfg.replace(batch_size=b), loaded)) for b in batches]
             max_batch[(m, c)] = int(memory[(m, c)][0][1]["max_batch"])
     return CapacityGrid(
         profile=profile,
@@ -113,21 +116,3 @@ def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid
         transplanted_from=demand.transplanted_from,
         synthetic=demand.synthetic,
     )
-
-
-def _simulate(cfg: Any, demand: ReplayDemand, seed: int) -> dict[str, Any]:
-    from sim import run_simulation
-
-    return run_simulation(cfg, demand.demand, seed=seed).to_dict()
-
-
-def _memory(cfg: Any) -> dict[str, Any]:
-    """sim.memory.MemoryFit of cfg as a dict (gpu_bytes, host_bytes, fits, max_batch, ...): the memory
-    model alone, no simulation (at the context of the last decode step)."""
-    from sim import load_profile
-    from sim.memory import memory_fit
-    from sim.methods import get_method
-    from traces.models import get_model
-
-    model = get_model(cfg.model)
-    return memory_fit(get_method(cfg).memory(cfg, model), cfg, model, load_profile(cfg.hardware)).to_dict()

@@ -17,9 +17,11 @@ from dse.report.data import ReportData, describe_config, run_label
 from dse.report.grid import GRID_STEPS, grid_run
 from dse.report.page import Block, FigureBlock, NoteBlock, TableBlock
 from dse.report.provenance import Provenance
-from dse.report.simulate import replay_demand, sim_config, sim_method, workload
+from dse.report.simulate import replay_demand, sim_config, sim_method, simulate, workload
 
 __all__ = ["methods_blocks", "measured_accuracy_by_method"]
+
+_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
 
 def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
@@ -35,6 +37,7 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
 
 def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
     from sim.errors import SimInputError
+    from sim import load_profile
     from sim.methods import available_methods, missing_methods
 
     w = workload(data)
@@ -53,8 +56,7 @@ def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
             provenance["transplanted"].add(demand.transplanted_from)
         if demand.synthetic:
             provenance["synthetic"].add(demand.synthetic)
-        from sim import run_simulation
-
+        loaded = load_profile(profile)
         for method in available_methods():
             cfg = sim_config(
                 data,
@@ -66,9 +68,7 @@ def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
                 method=method,
             )
             try:
-                results.setdefault(profile, {})[method] = run_simulation(
-                    cfg, demand.demand, seed=seed
-                ).to_dict()
+                results.setdefault(profile, {})[method] = simulate(cfg, demand, seed, loaded).to_dict()
             except SimInputError as exc:
                 failed[method] = str(exc)
     if not results:
@@ -107,7 +107,8 @@ def _figure(
     steps: int,
 ) -> FigureBlock:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("per-token latency (ms)", "throughput (tokens/s)"))
-    for profile, per in results.items():
+    for k, (profile, per) in enumerate(results.items()):
+        color = _COLORS[k % len(_COLORS)]
         present = [m for m in methods if m in per]
         acc_text = [
             f"{data.accuracy_metric} {accuracy[m]:.3f} (measured)"
@@ -121,6 +122,7 @@ def _figure(
                 y=[per[m]["per_token_latency_s"]["mean"] * 1e3 for m in present],
                 name=profile,
                 legendgroup=profile,
+                marker={"color": color},
                 text=acc_text,
                 textposition="none",
                 hovertemplate=f"{profile}<br>%{{x}}: %{{y:.3f}} ms/token<br>%{{text}}<extra></extra>",
@@ -135,6 +137,7 @@ def _figure(
                 name=profile,
                 legendgroup=profile,
                 showlegend=False,
+                marker={"color": color},
                 text=acc_text,
                 textposition="none",
                 hovertemplate=f"{profile}<br>%{{x}}: %{{y:.0f}} tokens/s<br>%{{text}}<extra></extra>",

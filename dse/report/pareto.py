@@ -7,11 +7,14 @@ vs measured correction rate vs simulated latency.
 
 from __future__ import annotations
 
+import warnings
+
 import plotly.graph_objects as go
 
 from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock, Section
 from dse.report.provenance import Provenance, transplant_sources
+from dse.report.simulate import sim_method
 from dse.report.summary import overall_correction_rate
 
 __all__ = ["pareto_front", "pareto_section"]
@@ -54,8 +57,8 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
     runs = data.scored(profile)
     points = [(t.latency_s(profile) * _MS, data.accuracy(t)) for t in runs]
     fig = go.Figure()
-    for method in sorted({t.method for t in runs}):
-        idx = [i for i, t in enumerate(runs) if t.method == method]
+    for method in sorted({sim_method(t.config) for t in runs}):
+        idx = [i for i, t in enumerate(runs) if sim_method(t.config) == method]
         fig.add_trace(
             go.Scatter(
                 x=[points[i][0] for i in idx],
@@ -134,20 +137,36 @@ def _importance_blocks(data: ReportData) -> list[Block]:
         return [
             NoteBlock(
                 f"Parameter importances need at least {_MIN_IMPORTANCE_TRIALS} complete trials with "
-                "at least one "
-                f"parameter that varies; this study has {len(complete)} complete trial(s) and "
-                f"{len(varied)} varied "
-                "parameter(s), so they are not shown.",
+                f"at least one parameter that varies; this study has {len(complete)} complete trial(s) "
+                f"and {len(varied)} varied parameter(s), so they are not shown.",
                 kind="warning",
             )
         ]
     blocks: list[Block] = []
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    # PED-ANOVA (no scikit-learn needed, deterministic); the top quantile holds at least ~5 trials.
+    quantile = min(0.5, max(0.1, 5 / len(complete)))
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
     for i, (name, direction) in enumerate(zip(res.objective_names, res.directions, strict=True)):
-        try:
-            imp = optuna.importance.get_param_importances(
-                study, evaluator=evaluator, target=lambda t, i=i: t.values[i]
+        sign = -1.0 if direction == "maximize" else 1.0  # PED-ANOVA treats lower as better
+        values = {t.values[i] for t in complete}
+        if len(values) < 2:
+            blocks.append(
+                NoteBlock(
+                    f"{name} is {next(iter(values)):g} in every complete trial, so no parameter explains "
+                    "it: no importances for this objective.",
+                    kind="info",
+                )
             )
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # optuna warns that small studies give rough importances
+                imp = optuna.importance.get_param_importances(
+                    study,
+                    evaluator=evaluator,
+                    params=varied,
+                    target=lambda t, i=i, sign=sign: sign * t.values[i],
+                )
         except (ValueError, RuntimeError) as exc:
             blocks.append(
                 NoteBlock(f"Parameter importances for {name} could not be computed: {exc}", kind="warning")
@@ -157,15 +176,15 @@ def _importance_blocks(data: ReportData) -> list[Block]:
         fig = go.Figure(
             go.Bar(x=[imp[p] for p in params], y=params, orientation="h", marker={"color": "#4c72b0"})
         )
-        fig.update_layout(xaxis_title="importance (fANOVA, share of variance)", yaxis_title="parameter")
+        fig.update_layout(xaxis_title="importance (PED-ANOVA, normalised)", yaxis_title="parameter")
         measured = name in {k for t in data.trials for k in t.accuracy}
         blocks.append(
             FigureBlock(
                 title=f"Parameter importances for {name} ({direction})",
                 figure=fig,
-                caption=f"How much of the variance of {name} over {len(complete)} trials each "
-                "searched parameter "
-                "explains (Optuna fANOVA, seed 0). Importances of a small study are rough.",
+                caption=f"How much each searched parameter matters for reaching the best "
+                f"{quantile:.0%} of {name} over {len(complete)} complete trials (Optuna PED-ANOVA; "
+                "parameters that never varied are left out). Importances of a small study are rough.",
                 provenance=Provenance(
                     measured=(f"{name} of {data.measured_model}",) if measured else (),
                     simulated=() if measured else (f"objective {name}",),

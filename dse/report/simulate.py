@@ -16,7 +16,16 @@ from typing import Any
 from dse.report.data import ReportData, Run
 from dse.report.summary import hit_rate, overall_correction_rate
 
-__all__ = ["ReplayDemand", "replay_demand", "sim_config", "sim_method", "KNOB_KEYS"]
+__all__ = [
+    "ReplayDemand",
+    "replay_demand",
+    "sim_config",
+    "sim_method",
+    "simulate",
+    "memory_of",
+    "workload",
+    "KNOB_KEYS",
+]
 
 KNOB_KEYS = ("page_size", "budget_tokens", "sink_tokens", "window_tokens")
 _RUNTIME_TO_SIM = {"full": "dense"}  # runtime policy name -> simulator method name (dse.objective.SIM_METHOD)
@@ -78,6 +87,27 @@ def sim_config(
         dense_layers=dense_layers,
         **knobs,
     )
+
+
+def simulate(
+    cfg: Any, demand: ReplayDemand, seed: int, profile: Any, timeline_steps: tuple[int, ...] = ()
+) -> Any:
+    """sim.run_simulation with an already loaded HardwareProfile (loading one parses its YAML: load it
+    once per report, not once per grid point)."""
+    from sim import run_simulation
+
+    return run_simulation(cfg, demand.demand, seed=seed, profile=profile, timeline_steps=timeline_steps)
+
+
+def memory_of(cfg: Any, profile: Any) -> dict[str, Any]:
+    """sim.memory.MemoryFit of cfg as a dict (gpu_bytes, host_bytes, fits, max_batch, gpu_capacity_bytes,
+    ...): the memory model alone, no simulation, at the context of the last decode step."""
+    from sim.memory import memory_fit
+    from sim.methods import get_method
+    from traces.models import get_model
+
+    model = get_model(cfg.model)
+    return memory_fit(get_method(cfg).memory(cfg, model), cfg, model, profile).to_dict()
 
 
 def workload(data: ReportData) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dse.report.data import ReportData, describe_config, run_label
 from dse.report.grid import grid_run
 from dse.report.page import Block, FigureBlock, NoteBlock
 from dse.report.provenance import Provenance
-from dse.report.simulate import replay_demand, sim_config, workload
+from dse.report.simulate import replay_demand, sim_config, simulate, workload
 from dse.report.steps import choose_steps
 
 __all__ = ["timeline_blocks", "TIMELINE_STEPS"]
@@ -23,11 +23,9 @@ TIMELINE_STEPS = 64
 
 
 def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
+    from sim import load_profile
+    from sim.engine import prepare
     from sim.timeline import timeline_figure
-
-    from sim import run_simulation
-    from sim.demand import batch_demand
-    from traces.models import get_model
 
     profile = data.profiles[0]
     run = grid_run(data, profile)
@@ -50,10 +48,11 @@ def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
         output_tokens=min(TIMELINE_STEPS, int(w["output_tokens"])),
     )
     # The demand exactly as the engine replays it (batch members' step offsets drawn from `seed`).
-    per_step = prepare(cfg, demand.demand, seed).ctx.demand.corrected_heads.sum(axis=1)
+    loaded = load_profile(profile)
+    per_step = prepare(cfg, demand.demand, seed, loaded).ctx.demand.corrected_heads.sum(axis=1)
     choice = choose_steps(per_step)
     assert choice is not None  # output_tokens >= 1
-    result = run_simulation(cfg, demand.demand, seed=seed, timeline_steps=(choice.typical, choice.corrected))
+    result = simulate(cfg, demand, seed, loaded, timeline_steps=(choice.typical, choice.corrected))
     prov = Provenance(
         simulated=(f"stream timeline on {profile}",),
         measured=(f"corrections and cache misses of {run_label(run)}",),
@@ -62,9 +61,9 @@ def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
     )
     what = (
         f"{describe_config(run.config)} ({run_label(run)}), {data.model} on {profile}, batch "
-        f"{cfg.batch_size}, "
-        f"prompt {cfg.input_tokens} tokens"
+        f"{cfg.batch_size}, prompt {cfg.input_tokens} tokens"
     )
+    lat_ms = result.step_latency_s * 1e3
     blocks: list[Block] = [
         _figure(
             result,
@@ -72,10 +71,11 @@ def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
             timeline_figure,
             prov,
             title=f"Stream timeline of a typical step (step {choice.typical})",
-            caption=f"{what}. This step corrects {choice.typical_heads} (sequence, layer, KV head) "
-            "triples, the median "
-            f"over the {choice.n_steps} simulated steps: selection and recall for the next step run in the "
-            "background, hidden behind attention and FFN.",
+            caption=f"{what}. This step takes {lat_ms[choice.typical]:.3f} ms and corrects "
+            f"{choice.typical_heads} (sequence, layer, KV head) triples, the median over the "
+            f"{choice.n_steps} simulated steps. Heads not corrected select and recall pages for the next "
+            "step in the background, behind attention and FFN; corrected heads do it synchronously before "
+            "attention.",
         )
     ]
     if choice.corrected_heads == 0:
@@ -93,9 +93,9 @@ def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
                 timeline_figure,
                 prov,
                 title=f"Stream timeline of a corrected step (step {choice.corrected})",
-                caption=f"{what}. This step corrects {choice.corrected_heads} triples, the most of the "
-                f"{choice.n_steps} simulated steps: for corrected heads, selection and the recall of missed "
-                "pages run synchronously before attention and show up on the critical path.",
+                caption=f"{what}. This step takes {lat_ms[choice.corrected]:.3f} ms and corrects "
+                f"{choice.corrected_heads} triples, the most of the {choice.n_steps} simulated steps: their "
+                "selection and the recall of their missed pages (recall_sync) sit on the critical path.",
             )
         )
     return blocks
@@ -105,7 +105,10 @@ def _figure(
     result: Any, step: int, timeline_figure: Any, prov: Provenance, title: str, caption: str
 ) -> FigureBlock:
     events = result.timeline(step)  # [{name, stream, start_s, end_s, step, layer}]
+    t0 = min(e["start_s"] for e in events)  # time from the step's first event, to compare steps
+    events = [{**e, "start_s": e["start_s"] - t0, "end_s": e["end_s"] - t0} for e in events]
     fig = timeline_figure(events, title="")
+    fig.update_layout(xaxis_title="time since the step's first operation (ms)")
     n_streams = len({e["stream"] for e in events})
     return FigureBlock(
         title=title, figure=fig, caption=caption, provenance=prov, height_px=max(320, 120 + 34 * n_streams)

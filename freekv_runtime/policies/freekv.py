@@ -7,6 +7,11 @@ then background recall of the other heads' new selections (used at t+1). No head
 with the pages recalled during step t-1, then selection with q_t and background recall for step t+1.
 Layers in `config.dense_layers` keep their whole KV on the device and attend densely.
 
+Host read-backs per sparse layer and step (as FreeKV's controller does): the correction flags, and the
+selected page ids (the host issues one copy per missed head-page). On CUDA the recalls run on their own
+streams (see freekv_runtime.recall) and each layer's attention waits only on its own recall events; on
+the CPU everything runs synchronously with the same decisions. The CUDA path was not run on a GPU here.
+
 Knobs beyond RuntimeConfig, in `config.extra`: `staging_pages` (head-pages per recall staging buffer,
 default 64), `pool_chunk_pages` (host-pool growth step, default 64).
 """
@@ -20,7 +25,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import DenseKVStore, PagedKVStore, PageTable
 from freekv_runtime.policies._dense import attention_mass, dense_decode, token_mask
-from freekv_runtime.policies._reuse import apply_plans, plan_reuse
+from freekv_runtime.policies._reuse import HeadPlan, apply_plans, plan_reuse
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
     AttentionShape,
@@ -96,7 +101,8 @@ class FreeKVState(PolicyState):
     # ---- prefill ----
     def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q (b, Hq, T, d); k, v (b, Hkv, T, d) -> (b, Hq, T, d): causal SDPA, then store the prompt."""
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        with self.timer.op("attention"):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         store = self.stores[layer]
         q_last = q[:, :, -1].clone()
         self.q_prev[layer] = q_last
@@ -171,11 +177,11 @@ class FreeKVState(PolicyState):
         resident_scores = scores.gather(2, resident.clamp(min=0)).masked_fill(resident < 0, float("-inf"))
         return top.cpu().numpy().astype(np.int64), resident_scores.cpu().numpy()
 
-    def _plan(self, store: PagedKVStore, q_t: torch.Tensor):
+    def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> list[list[HeadPlan]]:
         top, resident_scores = self._select(store, q_t)
         return plan_reuse(top, store.resident, resident_scores)
 
-    def _recall(self, store: PagedKVStore, plans, heads: np.ndarray,
+    def _recall(self, store: PagedKVStore, plans: list[list[HeadPlan]], heads: np.ndarray,
                 convert_after: torch.cuda.Event | None) -> torch.cuda.Event | None:
         """Install and recall the misses of the (sequence, head) pairs where heads (b, Hkv) is True."""
         seq, head, page, slot = apply_plans(plans, store.resident, heads)

@@ -21,6 +21,7 @@ def get_task(name: str) -> Task:
     try:
         target = TASKS[name]
     except KeyError:
-        raise RuntimeInputError(f"unknown task {name!r}: valid tasks are {', '.join(sorted(TASKS))}") from None
+        valid = ", ".join(sorted(TASKS))
+        raise RuntimeInputError(f"unknown task {name!r}: valid tasks are {valid}") from None
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)()

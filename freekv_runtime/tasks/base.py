@@ -82,6 +82,12 @@ class Task(Protocol):
     metrics: tuple[str, ...]
     default_decode_tokens: int
 
+    needs_attention_mass: bool  # the metrics need StepDecisions.attention_mass
+
+    def check(self, spec: TaskSpec) -> None:
+        """RuntimeInputError for parameters the task cannot run with (before any model is loaded)."""
+        ...
+
     def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, float]:
         """Run all samples of `spec`; metric name -> value."""
         ...

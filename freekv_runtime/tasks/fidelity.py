@@ -47,7 +47,8 @@ def top1_agreement(reference_logits: torch.Tensor, logits: torch.Tensor) -> torc
 
 def _prose_tokens(runner: SequenceRunner) -> list[int]:
     if runner.model_key not in _TOKENS:
-        _TOKENS[runner.model_key] = list(runner.tokenizer(reference_prose(), add_special_tokens=False)["input_ids"])
+        encoded = runner.tokenizer(reference_prose(), add_special_tokens=False)
+        _TOKENS[runner.model_key] = list(encoded["input_ids"])
     return _TOKENS[runner.model_key]
 
 
@@ -84,17 +85,22 @@ class FidelityTask:
     default_decode_tokens = 64
     needs_attention_mass = True
 
-    def windows(self, spec: TaskSpec, runner: SequenceRunner) -> list[tuple[list[int], list[int]]]:
-        """(prompt ids, forced ids) per sample: evenly spread windows of the tokenized prose."""
+    def check(self, spec: TaskSpec) -> None:
+        """RuntimeInputError for parameters the task cannot run with (before any model is loaded)."""
         if spec.params:
             raise RuntimeInputError(f"the fidelity task takes no params, got {sorted(spec.params)}")
         n_forced = spec.decode_tokens or self.default_decode_tokens
-        n_prompt = spec.context_tokens - n_forced
-        if n_prompt < 16:
+        if spec.context_tokens - n_forced < 16:
             raise RuntimeInputError(
                 f"fidelity context_tokens ({spec.context_tokens}) must exceed decode_tokens ({n_forced}) "
                 "by at least 16 (context_tokens counts the prompt and the decoded tokens)"
             )
+
+    def windows(self, spec: TaskSpec, runner: SequenceRunner) -> list[tuple[list[int], list[int]]]:
+        """(prompt ids, forced ids) per sample: evenly spread windows of the tokenized prose."""
+        self.check(spec)
+        n_forced = spec.decode_tokens or self.default_decode_tokens
+        n_prompt = spec.context_tokens - n_forced
         tokens = _prose_tokens(runner)
         room = len(tokens) - spec.context_tokens
         if room < 0:

@@ -113,14 +113,25 @@ class PasskeyTask:
     default_decode_tokens = 8
     needs_attention_mass = False
 
-    def prompts(self, spec: TaskSpec, tokenizer: Any, seed: int) -> list[PasskeyPrompt]:
-        """The n_samples prompts of `spec` (deterministic in seed)."""
+    def check(self, spec: TaskSpec) -> None:
+        """RuntimeInputError for parameters the task cannot run with (before any model is loaded)."""
         filler = spec.params.get("filler", "repeat")
         if filler not in FILLERS:
             raise RuntimeInputError(f"passkey filler must be one of {', '.join(FILLERS)}, got {filler!r}")
         unknown = set(spec.params) - {"filler"}
         if unknown:
             raise RuntimeInputError(f"unknown passkey params {sorted(unknown)}: valid is 'filler'")
+        decode_tokens = spec.decode_tokens or self.default_decode_tokens
+        if spec.context_tokens - decode_tokens < 64:
+            raise RuntimeInputError(
+                f"passkey context_tokens ({spec.context_tokens}) must exceed decode_tokens "
+                f"({decode_tokens}) by at least 64 (context_tokens counts the prompt and the decoded tokens)"
+            )
+
+    def prompts(self, spec: TaskSpec, tokenizer: Any, seed: int) -> list[PasskeyPrompt]:
+        """The n_samples prompts of `spec` (deterministic in seed)."""
+        self.check(spec)
+        filler = spec.params.get("filler", "repeat")
         n = spec.n_samples
         depths = np.linspace(0.05, 0.95, n) if n > 1 else np.array([0.5])
         rng = np.random.default_rng(seed)

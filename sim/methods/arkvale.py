@@ -116,8 +116,7 @@ class ArkVale(Method):
         copies = np.where(dense, 0, copies).astype(np.int64)
         select = ctx.full(cost.select_s(dem.candidate_pages))
         has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense
-        page_done = ctx.full(((dem.context_tokens % p) == 0).astype(np.float64)) > 0
-        page_done &= ~dense
+        page_done = ((dem.context_tokens % p) == 0)[:, None] & ~dense  # (S, L)
         page_all_heads = 2 * p * m.n_kv_heads * d * dt
         digest = float(cost.kernel_s(4.0 * b * m.n_kv_heads * p * d, b * m.n_kv_heads * (p + 2) * d * dt, 1))
         tokens = np.where(

@@ -54,12 +54,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 if TYPE_CHECKING:
-    from traces.models import ModelSpec
-
     from sim.config import SimConfig
     from sim.cost_model import CostModel
     from sim.demand import BatchDemand
     from sim.hardware import HardwareProfile
+    from traces.models import ModelSpec
 
 __all__ = [
     "RESOURCES",

@@ -64,7 +64,9 @@ class FreeKV(Method):
         opts = dict(cfg.method_options)
         staging = opts.pop("staging_pages", 0)
         if opts:
-            raise SimInputError(f"method {cls.name!r}: unknown method_options {sorted(opts)}; valid: staging_pages")
+            raise SimInputError(
+                f"method {cls.name!r}: unknown method_options {sorted(opts)}; valid: staging_pages"
+            )
         if not isinstance(staging, int) or staging < 0:
             raise SimInputError(f"method_options.staging_pages must be an integer >= 0, got {staging!r}")
         return cls(staging_pages=staging)
@@ -88,7 +90,12 @@ class FreeKV(Method):
         if self.speculative:
             ops += [
                 OpSpec("select_bg", ("recall_bg",), (Dep("qkv"),), category="select"),
-                OpSpec("recall_bg", ("recall_bg", "h2d"), (Dep("select_bg"), Dep("select_sync")), category="recall"),
+                OpSpec(
+                    "recall_bg",
+                    ("recall_bg", "h2d"),
+                    (Dep("select_bg"), Dep("select_sync")),
+                    category="recall",
+                ),
             ]
         ops += [
             OpSpec("out_proj", ("compute",)),
@@ -101,12 +108,18 @@ class FreeKV(Method):
     def _recall(self, ctx: CostContext, head_pages: np.ndarray) -> Transfer:
         cost, cfg, link = ctx.cost, ctx.cfg, ctx.profile.link
         page_bytes = cost.page_bytes_per_head(cfg.page_size)
-        common = dict(direction="h2d", issue_s=link.copy_issue_s, issue_threads=ctx.profile.host.issue_threads)
+        common = dict(
+            direction="h2d", issue_s=link.copy_issue_s, issue_threads=ctx.profile.host.issue_threads
+        )
         if not self.hybrid_layouts:  # NHD pool: K and V of a head-page are two strided copies
             run = ctx.model.head_dim * cfg.dtype_bytes
             half = page_bytes // 2
-            return Transfer(n_copies=2 * head_pages, copy_s=float(cost.copy_s(half, run, "h2d")),
-                            bytes_per_copy=half, **common)
+            return Transfer(
+                n_copies=2 * head_pages,
+                copy_s=float(cost.copy_s(half, run, "h2d")),
+                bytes_per_copy=half,
+                **common,
+            )
         staging = self.staging_pages or cfg.selected_pages
         return Transfer(
             n_copies=head_pages,
@@ -187,7 +200,9 @@ class FreeKV(Method):
         parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
         compute = sum(parts.values())
         m = ctx.model
-        layer_bytes = ctx.cfg.batch_size * ctx.cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
+        layer_bytes = (
+            ctx.cfg.batch_size * ctx.cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
+        )
         offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
         compute_layer = compute / m.n_layers
         parts["prefill_offload_exposed"] = m.n_layers * max(0.0, offload_layer - compute_layer)

@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 _STATUS_ID = "__report_render_status"
 _MAX_SCREENSHOT_PX = 16000
+_WIDTH_PX = 1280
 
 PROBE = (
     """<script>(function () {
@@ -99,7 +100,9 @@ def render_status(html_path: Path, work_dir: Path) -> dict:
     head = text.index("<head>") + len("<head>")
     probed = work_dir / "probed.html"
     probed.write_text(text[:head] + PROBE + text[head:], encoding="utf-8")
-    proc = _chromium(["--dump-dom", probed.as_uri()], work_dir / "profile-dom")
+    proc = _chromium(
+        ["--dump-dom", f"--window-size={_WIDTH_PX},1000", probed.as_uri()], work_dir / "profile-dom"
+    )
     match = re.search(rf'<pre id="{_STATUS_ID}">(.*?)</pre>', proc.stdout, re.S)
     assert match, (
         f"the probe never reported (chromium rc={proc.returncode}); stderr tail:\n{proc.stderr[-2000:]}"
@@ -113,7 +116,7 @@ def screenshot(html_path: Path, png_path: Path, height_px: int, work_dir: Path) 
     """A full-page PNG (1280 px wide, the page's height up to 16000 px)."""
     height = max(800, min(height_px + 40, _MAX_SCREENSHOT_PX))
     proc = _chromium(
-        [f"--screenshot={png_path}", f"--window-size=1280,{height}", html_path.as_uri()],
+        [f"--screenshot={png_path}", f"--window-size={_WIDTH_PX},{height}", html_path.as_uri()],
         work_dir / "profile-shot",
     )
     assert png_path.is_file() and png_path.stat().st_size > 10_000, (

@@ -86,18 +86,19 @@ def test_short_prompt_lives_in_sink_and_window() -> None:
     check_page_table(store, k, v)
 
 
-@pytest.mark.parametrize("selected", [2, 4])
-def test_window_life_cycle(selected: int) -> None:
+@pytest.mark.parametrize("sink", [0, 1])
+@pytest.mark.parametrize("selected", [2, 5])
+def test_window_life_cycle(selected: int, sink: int) -> None:
     """Pages fill, are offloaded, join the window and leave it as candidates, one token at a time.
 
-    selected=2: the cache is full after prefill, the leaving page leaves the device. selected=4: a free
+    selected=2: the cache is full after prefill, the leaving page leaves the device. selected=5: a free
     slot per head keeps the leaving page (fewer candidates than slots: all are selected).
     """
-    p, sink, window = 8, 1, 2
+    p, window = 8, 2
     k, v = random_kv(5 * p + 3, seed=1)
     store = make_store(p, sink, window, selected)
     store.prefill(k, v)
-    assert store.candidate_range() == (1, 4)
+    assert store.candidate_range() == (sink, 4)
     initial = np.full((B, HKV, selected), -1)
     initial[:, :, :2] = [1, 2]
     store.place_from_prompt(k, v, initial)
@@ -117,7 +118,7 @@ def test_window_life_cycle(selected: int) -> None:
             left = before_hi  # the oldest window page left and is now the newest candidate
             assert hi == before_hi + 1 and left not in store.window_page_ids()
             kept = (store.resident == left).any(axis=2)
-            assert kept.all() if selected == 4 else not kept.any()
+            assert kept.all() if selected == 5 else not kept.any()
         else:
             assert hi == before_hi
         check_host_pool(store, k, v)

@@ -91,8 +91,8 @@ def test_freekv_testbed_numbers() -> None:
     assert p.gpu.hbm_bandwidth_gbps == 1555 and p.gpu.peak_fp16_tflops == 312
     assert p.link.kind == "pcie4" and 25 <= p.link.h2d_effective_gbps <= 26.5
     assert p.host.memory_bandwidth_gbps == pytest.approx(8 * 3200e6 * 8 / 1e9)
-    # 256 B per-token runs (NHD) waste most of the link; 16 KiB head-page runs (HND) do not.
-    assert p.link.efficiency(256) < 0.5 < 0.9 < p.link.efficiency(16 * 1024)
+    # a fixed cost per contiguous run: 64 B runs lose half the link, 16 KiB head-page runs (HND) ~nothing
+    assert p.link.efficiency(64) <= 0.5 < p.link.efficiency(256) < 0.95 < p.link.efficiency(16 * 1024)
 
 
 def test_faster_link_suffers_more_from_small_runs() -> None:
@@ -131,7 +131,7 @@ def test_copy_time_formula() -> None:
     assert link.copy_time_s(n, run, "d2h") == pytest.approx(d2h)
     assert link.copy_time_s(0, run, "h2d") == 0.0
     # the same bytes in 256 B runs take longer than in 16 KiB runs
-    assert link.copy_time_s(n, 256, "h2d") > 2 * link.copy_time_s(n, run, "h2d")
+    assert link.copy_time_s(n, 256, "h2d") > 1.15 * link.copy_time_s(n, run, "h2d")
     with pytest.raises(ValueError):
         link.copy_time_s(n, run, "sideways")
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -51,9 +55,18 @@ def test_show_unknown_profile_raises_the_user_error() -> None:
     assert "available" in str(result.exception)
 
 
-def test_dse_main_prints_hardware_errors_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    from dse.cli import main
-
-    assert main(["hardware", "show", "a100-41g"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown hardware profile" in err and "Traceback" not in err
+def test_dse_prints_hardware_errors_without_traceback() -> None:
+    """End to end, as a user runs it (a subprocess: the CLI's own sys.path, not pytest's)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != PROFILES_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dse.cli", "hardware", "show", "a100-41g"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown hardware profile 'a100-41g'" in proc.stderr and "a100-40g-pcie4" in proc.stderr
+    assert "Traceback" not in proc.stderr

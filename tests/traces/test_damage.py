@@ -70,6 +70,17 @@ def test_bad_checksum_of_the_last_frame_is_a_torn_write(tmp_path: Path, unclosed
     assert (reader.n_steps, reader.complete, reader.truncated) == (7, False, True)
 
 
+def test_zero_filled_tail_is_a_torn_write(tmp_path: Path, unclosed: Path) -> None:
+    """A power loss without fsync can leave the last blocks of a file zero-filled."""
+    data = (unclosed / "records.bin").read_bytes()
+    last = _frame_offsets(unclosed)[-1][1]
+    reader = open_trace(_copy_with_records(unclosed, tmp_path / "t", data[:last] + bytes(4096)))
+    assert (reader.n_steps, reader.complete, reader.truncated) == (7, False, True)
+    zeros_then_data = data[:last] + bytes(40) + data[last:]
+    with pytest.raises(TraceError, match="corrupted frame header"):
+        open_trace(_copy_with_records(unclosed, tmp_path / "u", zeros_then_data))
+
+
 def test_corrupted_middle_frame_payload_raises(tmp_path: Path, closed: Path) -> None:
     data = bytearray((closed / "records.bin").read_bytes())
     _, offset = [f for f in _frame_offsets(closed) if f[0] == 2][3]

@@ -171,11 +171,11 @@ def _summary_peak_bytes(path: Path) -> tuple[dict, int]:
 
 
 def test_summary_streams_in_constant_memory(tmp_path: Path) -> None:
-    short, short_peak = _summary_peak_bytes(_long_trace(tmp_path / "short", 256))
-    long, long_peak = _summary_peak_bytes(_long_trace(tmp_path / "long", 2048))
-    assert (short["steps"], long["steps"]) == (256, 2048)
-    assert long["context_tokens"]["max"] == 65 + 2047
-    # 8x the steps, not more memory: a pass holds a few records at a time (2048 decoded records ~ 3 MB)
+    short, short_peak = _summary_peak_bytes(_long_trace(tmp_path / "short", 128))
+    long, long_peak = _summary_peak_bytes(_long_trace(tmp_path / "long", 1024))
+    assert (short["steps"], long["steps"]) == (128, 1024)
+    assert long["context_tokens"]["max"] == 65 + 1023
+    # 8x the steps, not more memory: a pass holds a few records at a time (1024 decoded records ~ 1.5 MB)
     assert long_peak < 1.5 * short_peak + 50_000, (short_peak, long_peak)
 
 

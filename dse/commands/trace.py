@@ -1,0 +1,123 @@
+"""`dse trace`: run the real model with a KV policy on a task; measured accuracy, a trace, summary.json.
+
+Example: `dse trace --model smollm2-135m --task passkey --context-tokens 4096 --budget-tokens 1024
+--page-size 16 --sink-tokens 64 --window-tokens 64 --tau 0.9 --out runs/x`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dse.errors import DseError
+
+__all__ = ["command"]
+
+
+def _dense_layers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise DseError(
+            f"--dense-layers must be comma-separated layer indices such as '0' or '0,1' (or '' for none), "
+            f"got {text!r}"
+        ) from None
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"dse trace: {summary['model']}", show_header=True)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for metric, value in summary["accuracy"].items():
+        table.add_row(f"accuracy: {metric}", _fmt(value))
+    sim = summary.get("similarity_overall") or {}
+    rows = [
+        ("sequences / decode steps", f"{summary['n_sequences']} / {summary['steps']}"),
+        ("layers x KV heads (dense layers)",
+         f"{summary['layers']} x {summary['kv_heads']} ({len(summary['dense_layers'])})"),
+        ("correction rate (heads)", _fmt(summary["correction_rate"])),
+        ("(step, layer) checks with a correction", _fmt(summary["corrected_check_share"])),
+        ("GPU-cache hit rate", _fmt(summary["hit_rate"])),
+        ("query similarity mean [min, max]",
+         f"{_fmt(sim.get('mean'))} [{_fmt(sim.get('min'))}, {_fmt(sim.get('max'))}]"),
+        ("missed pages per step", _fmt(summary["missed_pages_per_step"], 1)),
+    ]
+    step_mean = summary["timings_s"]["step_mean"]
+    if "step_total" in step_mean:
+        rows.append((f"decode ms/token ({summary['timings_s']['clock']} clock)",
+                     _fmt(step_mean["step_total"] * 1e3, 1)))
+    rows.append(("wall time s", _fmt(summary["wall_s"], 1)))
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+@click.command(name="trace")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Registry model name.")
+@click.option("--task", "task_name", default="passkey", show_default=True, help="passkey or fidelity.")
+@click.option("--context-tokens", type=int, default=2048, show_default=True,
+              help="KV-cache tokens at the last decode step of a sample (prompt + decode tokens).")
+@click.option("--budget-tokens", type=int, default=None,
+              help="Tokens attended per KV head, sink and window included [RuntimeConfig default].")
+@click.option("--page-size", type=int, default=None, help="Tokens per page [RuntimeConfig default].")
+@click.option("--sink-tokens", type=int, default=None, help="Sink tokens [RuntimeConfig default].")
+@click.option("--window-tokens", type=int, default=None, help="Local window tokens [RuntimeConfig default].")
+@click.option("--tau", type=float, default=None, help="Correction threshold [RuntimeConfig default].")
+@click.option("--method", default="freekv", show_default=True, help="KV policy: freekv or full.")
+@click.option("--dense-layers", default="0", show_default=True, help="Comma-separated dense layers.")
+@click.option("--weights", type=click.Path(path_type=Path), default=None,
+              help="Local HF directory (config.json + safetensors) or .gguf file.")
+@click.option("--samples", type=int, default=4, show_default=True, help="Task samples (sequences).")
+@click.option("--decode-tokens", type=int, default=None, help="Decode tokens per sample [task default].")
+@click.option("--filler", type=click.Choice(["repeat", "natural"]), default=None,
+              help="Passkey filler text [repeat].")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--measure-attention-mass", is_flag=True, help="Record attention mass per step (slower).")
+@click.option("--overwrite", is_flag=True, help="Replace a trace already in OUT/trace.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output directory: OUT/trace and OUT/summary.json.")
+def command(
+    model: str, task_name: str, context_tokens: int, budget_tokens: int | None, page_size: int | None,
+    sink_tokens: int | None, window_tokens: int | None, tau: float | None, method: str,
+    dense_layers: str, weights: Path | None, samples: int, decode_tokens: int | None, filler: str | None,
+    seed: int, device: str, dtype: str, measure_attention_mass: bool, overwrite: bool, out_dir: Path,
+) -> None:
+    """Run the real model with a KV policy on a task: prints accuracy and a trace summary, writes
+    OUT/trace (the per-step trace) and OUT/summary.json."""
+    from freekv_runtime.api import TraceRequest, run_trace
+    from freekv_runtime.config import RuntimeConfig
+    from freekv_runtime.tasks import TaskSpec
+
+    knobs = {
+        "budget_tokens": budget_tokens, "page_size": page_size, "sink_tokens": sink_tokens,
+        "window_tokens": window_tokens, "tau": tau,
+    }
+    runtime = RuntimeConfig(
+        method=method, dense_layers=_dense_layers(dense_layers),
+        measure_attention_mass=measure_attention_mass, **{k: v for k, v in knobs.items() if v is not None},
+    )
+    task = TaskSpec(
+        name=task_name, context_tokens=context_tokens, n_samples=samples, decode_tokens=decode_tokens,
+        params={"filler": filler} if filler is not None else {},
+    )
+    outcome = run_trace(TraceRequest(
+        model=model, weights=weights, task=task, runtime=runtime, out_dir=out_dir, seed=seed,
+        device=device, dtype=dtype, overwrite=overwrite,
+    ))
+    _print_summary(outcome.summary)
+    click.echo(f"wrote {outcome.trace_dir} and {out_dir / 'summary.json'}")

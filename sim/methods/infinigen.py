@@ -1,0 +1,172 @@
+"""InfiniGen: speculate the next layer's important tokens and prefetch them from host memory.
+
+Source: Lee et al., "InfiniGen: Efficient Generative Inference of Large Language Models with Dynamic
+KV Cache Management" (OSDI 2024), built on FlexGen's offloading runtime. Assumptions (docs/methods.md
+has the discussion):
+
+- The KV cache of every layer except layer 0 lives in host memory (layer 0 is kept whole on the GPU:
+  the paper speculates from layer 1 on because layer 0's inputs carry outliers). The GPU keeps, per
+  layer, a partial key cache (the `partial_ratio` share of the channels of the skewed keys, for every
+  token) and partial query weights.
+- At layer i, right after the attention input is formed, InfiniGen speculates layer i+1: it
+  multiplies the input with layer i+1's partial query weights (a GEMV over hidden x n_qo * d *
+  partial_ratio) and scores every cached token with the partial keys; the top tokens are prefetched
+  from host memory on a separate stream, overlapping layer i's attention, output projection and FFN
+  and layer i+1's QKV projection. Layer i+1's attention waits for that prefetch. The token list must
+  reach the host to issue the copies (a host sync after the speculation).
+- Prefetch volume: the selected tokens of every (sequence, KV head) every step, with no reuse of
+  what is already on the GPU (the prefetch buffer is rewritten each step). The paper selects a
+  variable number of tokens (score above max - alpha); here `budget_tokens` per KV head for a
+  like-for-like comparison at the same budget.
+- Token granularity: the host cache is FlexGen's (token, head, d) layout, so a selected token of one
+  KV head is a contiguous run of d elements (256 B at d = 128 in bf16) for K and another for V: one
+  gather copy per (sequence, KV head) made of 256 B runs (`run_bytes` overrides the run size).
+- Each step the new token's K and V of every offloaded layer are written back (device->host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from traces.models import ModelSpec
+
+__all__ = ["InfiniGen"]
+
+
+@dataclass(frozen=True)
+class InfiniGen(Method):
+    """InfiniGen (module docstring). partial_ratio: share of key/query channels used to speculate;
+    run_bytes: contiguous bytes per run of a prefetch (0: one token of one head, d elements)."""
+
+    partial_ratio: float = 0.3
+    run_bytes: int = 0
+
+    name: ClassVar[str] = "infinigen"
+    summary: ClassVar[str] = "next-layer speculation with partial weights, token-granular prefetch from host"
+    needs_demand: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = (
+        "Lee et al., InfiniGen: Efficient Generative Inference of LLMs with Dynamic KV Cache Management "
+        "(OSDI 2024): partial query weights and partial key cache, speculation of layer i+1 at layer i, "
+        "prefetch overlapping the current layer, speculation from layer 1 on",
+        "Sheng et al., FlexGen (ICML 2023): host KV layout (token, head, d) of the runtime InfiniGen extends",
+    )
+
+    def __post_init__(self) -> None:
+        r = self.partial_ratio
+        if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 1:
+            raise SimInputError(f"method_options.partial_ratio must be in (0, 1], got {r!r}")
+        if not isinstance(self.run_bytes, int) or isinstance(self.run_bytes, bool) or self.run_bytes < 0:
+            raise SimInputError(f"method_options.run_bytes must be an integer >= 0, got {self.run_bytes!r}")
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise SimInputError(
+                f"method 'infinigen': unknown method_options {unknown}; valid: {', '.join(valid)}"
+            )
+        return cls(**opts)
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
+            OpSpec("speculate", ("compute",), host_sync=True, category="select"),
+            OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("speculate"),), category="recall"),
+            OpSpec("attention", ("compute",), (Dep("prefetch", "prev_layer"),)),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    @staticmethod
+    def offloaded_layers(cfg: SimConfig, model: ModelSpec) -> np.ndarray:
+        """(L,) bool: layers whose KV lives in host memory (all but layer 0 and SimConfig.dense_layers)."""
+        out = np.ones(model.n_layers, dtype=bool)
+        out[0] = False
+        out[[x for x in cfg.dense_layers if x < model.n_layers]] = False
+        return out
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        offloaded = self.offloaded_layers(cfg, m)
+        # work placed at layer i serves layer i+1 (nothing at the last layer)
+        target = np.zeros(m.n_layers, dtype=bool)
+        target[:-1] = offloaded[1:]
+        context = dem.context_tokens.astype(np.float64)
+        part = self.partial_ratio * d
+        spec_gemv = cost.gemm_s(b, m.hidden_size, int(round(m.n_qo_heads * part)))
+        spec_scores = cost.kernel_s(
+            2.0 * b * m.n_qo_heads * context * part,
+            b * m.n_kv_heads * context * part * dt + 3 * b * m.n_qo_heads * context * 4,
+            2,  # partial QK, top-k
+        )
+        speculate = np.where(target[None, :], (spec_gemv + spec_scores)[:, None], 0.0)
+        tokens = np.minimum(context, cfg.budget_tokens)
+        run = self.run_bytes or d * dt
+        per_copy = tokens * 2 * d * dt  # K and V of the selected tokens of one (sequence, KV head)
+        prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
+        n_prefetch = np.where(target[None, :], b * m.n_kv_heads, 0) * np.ones(ctx.shape, dtype=np.int64)
+        token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
+        attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "writeback": Transfer(
+                direction="d2h",
+                n_copies=(np.where(offloaded[None, :], b, 0) * np.ones(ctx.shape)).astype(np.int64),
+                copy_s=float(cost.copy_s(token_bytes, token_bytes, "d2h")),
+                bytes_per_copy=token_bytes,
+                issue_s=link.copy_issue_s,
+                issue_threads=1,
+            ),
+            "speculate": Kernel(np.asarray(speculate, dtype=np.float64)),
+            "prefetch": Transfer(
+                direction="h2d",
+                n_copies=n_prefetch.astype(np.int64),
+                copy_s=np.broadcast_to(prefetch_copy[:, None], ctx.shape).copy(),
+                bytes_per_copy=np.broadcast_to(per_copy[:, None], ctx.shape).copy(),
+                issue_s=link.copy_issue_s,
+                issue_threads=1,
+            ),
+            "attention": Kernel(np.asarray(cost.attention_s(attended), dtype=np.float64)),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        """GPU: partial keys of offloaded layers, two layers of prefetch buffers, whole KV of the others,
+        partial query weights (fixed). Host: the KV of the offloaded layers."""
+        d, dt, n_kv = model.head_dim, cfg.dtype_bytes, model.n_kv_heads
+        ctx_tokens = cfg.max_context_tokens
+        n_off = int(self.offloaded_layers(cfg, model).sum())
+        n_gpu = model.n_layers - n_off
+        per_token_layer = 2 * n_kv * d * dt
+        partial_keys = n_off * ctx_tokens * n_kv * self.partial_ratio * d * dt
+        buffers = 2 * min(cfg.budget_tokens, ctx_tokens) * per_token_layer
+        weights = n_off * model.hidden_size * model.n_qo_heads * self.partial_ratio * d * dt
+        return MemoryNeed(
+            gpu_fixed_bytes=int(weights),
+            gpu_per_seq_bytes=int(partial_keys + buffers + n_gpu * ctx_tokens * per_token_layer),
+            host_per_seq_bytes=int(n_off * ctx_tokens * per_token_layer),
+        )
+
+    def prefill(self, ctx: CostContext) -> dict[str, float]:
+        """Dense prefill; the prompt KV of offloaded layers goes to the host behind the next layer."""
+        parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
+        m, cfg = ctx.model, ctx.cfg
+        n_off = int(self.offloaded_layers(cfg, m).sum())
+        layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
+        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
+        compute_layer = sum(parts.values()) / m.n_layers
+        parts["prefill_offload_exposed"] = n_off * max(0.0, offload_layer - compute_layer)
+        return parts

@@ -1,0 +1,124 @@
+"""RaaS: a fixed budget of KV pages on the GPU, evicted by timestamp; nothing is ever recalled.
+
+Source: Hu et al., "Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity"
+(arXiv 2502.11147). Assumptions (docs/methods.md has the discussion):
+
+- All on the GPU, no host memory, no link traffic. Each KV head keeps at most `budget_tokens` tokens
+  (sink + retained pages + the current page); everything else is dropped for good.
+- Every decode step and layer: attention over the retained set (O(B) per head, independent of the
+  context), then a timestamp update: every retained page whose estimated attention (Quest-style
+  score from its per-page min/max keys) passes the threshold gets the current step as timestamp. The
+  page scores are computed by a small kernel over the retained pages only, not over the context.
+- When the current page fills and the budget is full, the page with the oldest timestamp is evicted
+  (a small kernel over the retained pages; the freed slot takes the new page: no copy).
+- Group-consistent by default (one retained set per KV head, as in the FreeKV paper's setup, where
+  RaaS is made group-consistent with max pooling); `group_consistent=False` keeps one set per query
+  head (G times the memory and attention traffic of a GQA group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from traces.models import ModelSpec
+
+__all__ = ["RaaS"]
+
+
+@dataclass(frozen=True)
+class RaaS(Method):
+    """RaaS (module docstring). group_consistent: one retained set per KV head (else per query head)."""
+
+    group_consistent: bool = True
+
+    name: ClassVar[str] = "raas"
+    summary: ClassVar[str] = "budgeted KV on GPU, timestamp-based page eviction, no recall"
+    needs_demand: ClassVar[bool] = False
+    sources: ClassVar[tuple[str, ...]] = (
+        "Hu et al., Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity (RaaS, "
+        "arXiv 2502.11147): O(L) memory and time, timestamps refreshed by estimated attention, "
+        "oldest-timestamp page evicted",
+        "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: RaaS made group-consistent (max pooling)",
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_consistent, bool):
+            raise SimInputError(
+                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
+            )
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise SimInputError(f"method 'raas': unknown method_options {unknown}; valid: {', '.join(valid)}")
+        return cls(**opts)
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("attention", ("compute",)),
+            OpSpec("stamp", ("compute",), category="select"),
+            OpSpec("evict", ("compute",), category="select"),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def _sets(self, model: ModelSpec) -> int:
+        """Retained sets per sequence and layer: one per KV head, or one per query head."""
+        return model.n_kv_heads if self.group_consistent else model.n_qo_heads
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+        b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
+        dense = dem.dense_layer[None, :]
+        sets = self._sets(m)
+        context = dem.context_tokens.astype(np.float64)
+        kept = np.minimum(context, cfg.budget_tokens)
+        attn = cost.kernel_s(
+            4.0 * b * m.n_qo_heads * kept * d,
+            b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
+            1,
+        )
+        kept_pages = np.ceil(kept / p)
+        # page scores of the retained pages from their min/max (2*d per page), timestamps written
+        stamp = cost.kernel_s(
+            4.0 * b * m.n_qo_heads * kept_pages * d,
+            b * sets * kept_pages * (2 * d * dt + 8) + b * m.n_qo_heads * kept_pages * 4,
+            1,
+        )
+        full = (context > cfg.budget_tokens) & ((dem.context_tokens % p) == 0)
+        evict = np.where(full, cost.kernel_s(0.0, b * sets * kept_pages * 8, 1), 0.0)
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "attention": Kernel(
+                np.where(dense, ctx.full(cost.attention_s(dem.context_tokens)), ctx.full(attn))
+            ),
+            "stamp": Kernel(np.where(dense, 0.0, ctx.full(stamp))),
+            "evict": Kernel(np.where(dense, 0.0, ctx.full(evict))),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        """GPU: budget tokens (+ page min/max, timestamps) per retained set on sparse layers, whole KV on
+        dense layers. Nothing on the host."""
+        d, dt = model.head_dim, cfg.dtype_bytes
+        ctx_tokens = cfg.max_context_tokens
+        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
+        n_sparse = model.n_layers - n_dense
+        kept = min(cfg.budget_tokens, ctx_tokens)
+        pages = -(-kept // cfg.page_size)
+        per_set = kept * 2 * d * dt + pages * (2 * d * dt + 8)
+        gpu = n_sparse * self._sets(model) * per_set + n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
+        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu), host_per_seq_bytes=0)

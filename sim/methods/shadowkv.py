@@ -1,0 +1,207 @@
+"""ShadowKV: low-rank pre-RoPE keys on the GPU, values in host memory, sparse chunks recalled per step.
+
+Source: Sun et al., "ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference"
+(arXiv 2410.21465) and its code (bytedance/ShadowKV; read at WilliamBy/ShadowKV models/kv_cache.py,
+class ShadowKV_CPU). Assumptions (docs/methods.md has the discussion):
+
+- Prefill: per layer and sequence the pre-RoPE key matrix (context x n_kv*d) is factorised by a full
+  fp32 SVD (`torch.svd`) and kept as U (context x r) and S*V (r x n_kv*d), rank r = 160; values go to
+  pinned host memory laid out per KV head in chunks of `chunk_tokens` (8) tokens, i.e. contiguous runs
+  of chunk_tokens * d elements (2 KiB for d = 128, bf16); a landmark (mean of the post-RoPE keys) per
+  chunk and 48 outlier chunks per KV head stay on the GPU in full, with the local window.
+- Every decode step and every (non-dense) layer, on the critical path: scores of all landmarks (a
+  GEMM + softmax per query head, max over the GQA group: one chunk set per KV head), top-k of the
+  (budget - sink - window) / chunk_tokens chunks; the code compares them with last step's chunks and
+  only the misses are fetched (values, host->device, by a gather kernel reading pinned memory over
+  UVA: one launch per layer, runs of one chunk) and rebuilt (keys: U[rows] @ S*V + RoPE on the GPU);
+  fetch and rebuild overlap, attention waits for both. Miss share: the trace's page miss ratio.
+- Long generation (the FreeKV paper's setup): generated tokens stay uncompressed on the GPU and the
+  SVD is re-run every `svd_interval_tokens` generated tokens (default: the window size W) over the
+  whole context, blocking the step; the values of those W tokens are then offloaded. SVD cost: the
+  R-SVD operation count 6 m n^2 + 20 n^3 (Golub & Van Loan, Matrix Computations, Sec. 8.6) for
+  m = context, n = n_kv * d, at `svd_flops_fraction` of the dense FP16 tensor peak (default 0.01:
+  estimate for cuSOLVER's fp32 gesvd, which is bound by BLAS-2 bidiagonalisation, a few TFLOP/s on an
+  A100; the dominant uncertainty of this model: see docs/methods.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from traces.models import ModelSpec
+
+__all__ = ["ShadowKV"]
+
+_OUTLIER_CHUNKS = 48  # per KV head, kept on the GPU in full (ShadowKV_CPU.outlier_chunk)
+
+
+@dataclass(frozen=True)
+class ShadowKV(Method):
+    """ShadowKV (module docstring). Knobs: rank, chunk_tokens, svd_interval_tokens (0: the window),
+    svd_flops_fraction (share of the FP16 tensor peak the fp32 SVD reaches)."""
+
+    rank: int = 160
+    chunk_tokens: int = 8
+    svd_interval_tokens: int = 0
+    svd_flops_fraction: float = 0.01
+
+    name: ClassVar[str] = "shadowkv"
+    summary: ClassVar[str] = "low-rank keys on GPU, values on host, sparse chunk fetch + key rebuild"
+    sources: ClassVar[tuple[str, ...]] = (
+        "Sun et al., ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference "
+        "(arXiv 2410.21465): low-rank pre-RoPE keys, offloaded values, landmarks, outlier chunks",
+        "bytedance/ShadowKV code (read at WilliamBy/ShadowKV models/kv_cache.py, ShadowKV_CPU): torch.svd "
+        "rank 160, 48 outlier chunks, gather_copy_with_offsets (misses only), batch_gather_gemm_rotary",
+        "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: ShadowKV re-runs its SVD every W tokens",
+        "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
+    )
+
+    def __post_init__(self) -> None:
+        for key in ("rank", "chunk_tokens"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SimInputError(f"method_options.{key} must be a positive integer, got {value!r}")
+        value = self.svd_interval_tokens
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise SimInputError(
+                f"method_options.svd_interval_tokens must be an integer >= 0 (0: the window), got {value!r}"
+            )
+        frac = self.svd_flops_fraction
+        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac <= 1:
+            raise SimInputError(f"method_options.svd_flops_fraction must be in (0, 1], got {frac!r}")
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> Method:
+        opts = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(opts) - set(valid))
+        if unknown:
+            raise SimInputError(
+                f"method 'shadowkv': unknown method_options {unknown}; valid: {', '.join(valid)}"
+            )
+        return cls(**opts)
+
+    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+        return (
+            OpSpec("qkv", ("compute",)),
+            OpSpec("svd", ("compute",), category="other"),
+            OpSpec("svd_offload", ("offload", "d2h"), (Dep("svd"),), category="offload"),
+            OpSpec("select", ("compute",), category="select"),
+            OpSpec("fetch", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
+            OpSpec("rebuild", ("compute",), category="recall"),
+            OpSpec("attention", ("compute",), (Dep("fetch"), Dep("rebuild"))),
+            OpSpec("out_proj", ("compute",)),
+            OpSpec("ffn", ("compute",)),
+            OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def interval(self, cfg: SimConfig) -> int:
+        """Generated tokens between two SVD runs."""
+        return self.svd_interval_tokens or cfg.window_tokens
+
+    def svd_s(self, ctx: CostContext, rows: np.ndarray) -> np.ndarray:
+        """Time of the batch's SVDs of (rows x n_kv*d) fp32 key matrices plus the rank-r refit of U."""
+        m, cfg = ctx.model, ctx.cfg
+        n = m.n_kv_heads * m.head_dim
+        rows = np.asarray(rows, dtype=np.float64)
+        flops = cfg.batch_size * (6.0 * rows * n * n + 20.0 * n**3)
+        gpu = ctx.profile.gpu
+        seconds = flops / (gpu.peak_fp16_tflops * 1e12 * self.svd_flops_fraction)
+        refit = ctx.cost.kernel_s(
+            2.0 * cfg.batch_size * rows * n * self.rank,
+            cfg.batch_size * rows * (n * 4 + self.rank * cfg.dtype_bytes),
+            3,
+        )
+        return seconds + refit
+
+    def work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+        b, d, dt, c = cfg.batch_size, m.head_dim, cfg.dtype_bytes, self.chunk_tokens
+        dense = dem.dense_layer[None, :]
+        context = dem.context_tokens.astype(np.float64)
+        # selection over every landmark (one per chunk and KV head), fp32 softmax per query head
+        chunks = np.maximum(0.0, np.floor((context - cfg.sink_tokens - cfg.window_tokens) / c))
+        sel_bytes = b * m.n_kv_heads * chunks * d * dt + 3 * b * m.n_qo_heads * chunks * 4
+        select = np.where(chunks > 0, cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, 4), 0.0)
+        # misses: the trace's missed (sequence, head, page) count times p tokens -> chunks of c tokens
+        missed_tokens = np.where(dense, 0, dem.missed_total * cfg.page_size).astype(np.float64)
+        fetch_bytes = missed_tokens * d * dt  # values only
+        run = c * d * dt
+        link = ctx.profile.link
+        fetch_copy = np.asarray(cost.copy_s(fetch_bytes, run, "h2d"), dtype=np.float64)
+        rebuild = cost.kernel_s(
+            2.0 * missed_tokens * self.rank * d,  # U[rows] (t x r) @ SV_h (r x d), per missed token-head
+            missed_tokens * (self.rank + 3 * d) * dt + b * m.n_kv_heads * self.rank * d * dt,
+            2,
+        )
+        rebuild = np.where(missed_tokens > 0, rebuild, 0.0)
+        attended = np.minimum(context, cfg.budget_tokens + _OUTLIER_CHUNKS * c)
+        tokens = np.where(dense, context[:, None], attended[:, None])
+        interval = self.interval(cfg)
+        steps = np.arange(ctx.shape[0])
+        svd_now = ((steps + 1) % interval == 0)[:, None] & ~dense
+        svd = np.where(svd_now, self.svd_s(ctx, context)[:, None], 0.0)
+        new_values = interval * d * dt  # per (sequence, KV head): the interval's values, one contiguous run
+        return {
+            "qkv": Kernel(ctx.full(cost.qkv_s())),
+            "svd": Kernel(svd),
+            "svd_offload": Transfer(
+                direction="d2h",
+                n_copies=np.where(svd_now, b * m.n_kv_heads, 0).astype(np.int64),
+                copy_s=float(cost.copy_s(new_values, new_values, "d2h")),
+                bytes_per_copy=new_values,
+                issue_s=link.copy_issue_s,
+                issue_threads=1,
+            ),
+            "select": Kernel(np.where(dense, 0.0, ctx.full(select))),
+            "fetch": Transfer(  # one gather kernel per layer-step reading pinned host memory (UVA)
+                direction="h2d",
+                n_copies=(fetch_bytes > 0).astype(np.int64),
+                copy_s=fetch_copy,
+                bytes_per_copy=fetch_bytes,
+                issue_s=ctx.profile.gpu.kernel_launch_s,
+                issue_threads=1,
+            ),
+            "rebuild": Kernel(np.asarray(rebuild, dtype=np.float64)),
+            "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
+            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+            "ffn": Kernel(ctx.full(cost.ffn_s())),
+            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+        }
+
+    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
+        """GPU per sparse layer: U, S*V, landmarks (+ int64 ids), buffers for budget + outliers + the
+        uncompressed tokens since the last SVD. Host: the values. Dense layers: full KV on the GPU."""
+        d, dt, n_kv = model.head_dim, cfg.dtype_bytes, model.n_kv_heads
+        ctx_tokens = cfg.max_context_tokens
+        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
+        n_sparse = model.n_layers - n_dense
+        landmarks = -(-ctx_tokens // self.chunk_tokens) * n_kv * (d * dt + 8)
+        low_rank = ctx_tokens * self.rank * dt + n_kv * d * self.rank * dt
+        buffered = cfg.budget_tokens + _OUTLIER_CHUNKS * self.chunk_tokens + self.interval(cfg)
+        buffers = min(buffered, ctx_tokens) * n_kv * 2 * d * dt
+        per_layer = landmarks + low_rank + buffers
+        dense_kv = n_dense * ctx_tokens * 2 * n_kv * d * dt
+        return MemoryNeed(
+            gpu_fixed_bytes=0,
+            gpu_per_seq_bytes=int(n_sparse * per_layer + dense_kv),
+            host_per_seq_bytes=int(n_sparse * ctx_tokens * n_kv * d * dt),
+        )
+
+    def prefill(self, ctx: CostContext) -> dict[str, float]:
+        """Dense prefill, the SVD of every layer's prompt keys, values offloaded behind the compute."""
+        parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
+        m, cfg = ctx.model, ctx.cfg
+        n_sparse = m.n_layers - len([x for x in cfg.dense_layers if x < m.n_layers])
+        parts["prefill_svd"] = n_sparse * float(self.svd_s(ctx, np.asarray(float(cfg.input_tokens))))
+        layer_bytes = cfg.batch_size * cfg.input_tokens * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
+        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
+        compute_layer = (sum(parts.values())) / m.n_layers
+        parts["prefill_offload_exposed"] = n_sparse * max(0.0, offload_layer - compute_layer)
+        return parts

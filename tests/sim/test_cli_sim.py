@@ -1,0 +1,166 @@
+"""`dse sim` and `dse sim calibrate` end to end (click runner), and calibration on simulated timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sim_trace_factory import make_trace
+
+from dse.cli import main
+from dse.commands.sim import command
+from sim import SimInputError, load_profile
+from sim.calibrate import calibrate, write_simulated_trace
+
+COMMON = [
+    "--model",
+    "llama-3.1-8b",
+    "--hardware",
+    "a100-40g-pcie4",
+    "--batch",
+    "2",
+    "--input-tokens",
+    "4000",
+    "--output-tokens",
+    "40",
+    "--budget-tokens",
+    "1024",
+    "--sink-tokens",
+    "128",
+    "--window-tokens",
+    "128",
+]
+
+
+def _run(args: list[str]):
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def test_json_output_parses_and_has_every_field() -> None:
+    out = json.loads(_run(["--synthetic", "correction=0.5,hit=0.8,steps=32", *COMMON, "--json"]).output)
+    for key in (
+        "per_token_latency_s",
+        "prefill_s",
+        "throughput_tokens_per_s",
+        "breakdown_s",
+        "critical_share",
+        "link_utilisation",
+        "memory",
+        "transplanted_from",
+        "synthetic",
+        "method",
+        "hardware",
+        "model",
+    ):
+        assert key in out
+    assert set(out["per_token_latency_s"]) == {"mean", "p50", "p99"}
+    assert {"gpu_bytes", "host_bytes", "fits", "max_batch"} <= set(out["memory"])
+    assert out["synthetic"] == "correction=0.5,hit=0.8,steps=32"
+
+
+def test_method_all_compares_and_writes_timelines(tmp_path: Path) -> None:
+    html, chrome = tmp_path / "t.html", tmp_path / "t.json"
+    out = _run(
+        [
+            "--synthetic",
+            "correction=0.5,hit=0.8,steps=32",
+            *COMMON,
+            "--method",
+            "all",
+            "--timeline",
+            str(html),
+            "--chrome-trace",
+            str(chrome),
+            "--timeline-steps",
+            "3,39",
+        ]
+    ).output
+    assert "speedup" in out and "freekv-nohl" in out and "dense" in out
+    events = json.loads(chrome.read_text())["traceEvents"]
+    assert any(e.get("name") == "attention" and e["ph"] == "X" for e in events)
+    assert html.stat().st_size > 10_000
+    data = json.loads(
+        _run(["--synthetic", "correction=0.5,hit=0.8,steps=32", *COMMON, "--method", "all", "--json"]).output
+    )
+    assert data["speedup"]["freekv"]["freekv"] == pytest.approx(1.0)
+
+
+def test_trace_transplant_via_cli(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "tr", n_steps=12)
+    out = json.loads(_run([str(trace), *COMMON, "--json"]).output)
+    assert out["transplanted_from"] == "smollm2-135m"
+    text = _run([str(trace), *COMMON]).output
+    assert "transplanted from smollm2-135m" in text
+
+
+def test_dense_without_demand_and_oom_message() -> None:
+    text = _run(
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--hardware",
+            "a100-40g-pcie4",
+            "--method",
+            "dense",
+            "--batch",
+            "8",
+            "--input-tokens",
+            "131000",
+            "--output-tokens",
+            "8",
+        ]
+    ).output
+    assert "OUT OF MEMORY" in text
+
+
+def test_user_errors_print_one_paragraph(capsys) -> None:
+    rc = main(["sim", "--model", "llama-3.1-8b", "--hardware", "a100-40g-pcie4", "--output-tokens", "8"])
+    assert rc == 2 and "needs recall demand" in capsys.readouterr().err
+    rc = main(["sim", "--synthetic", "correction=2,hit=0.5", "--model", "llama-3.1-8b", "--hardware", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error:" in err and "Traceback" not in err
+
+
+def test_calibrate_refuses_wall_clock(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "wall", n_steps=10, timings=True)
+    with pytest.raises(SimInputError, match="CUDA-event"):
+        calibrate(trace, "a100-40g-pcie4")
+
+
+def test_calibration_recovers_a_perturbed_profile(tmp_path: Path) -> None:
+    base = load_profile("a100-40g-pcie4")
+    truth = base.with_overrides(
+        {
+            "gpu.achievable_bandwidth_fraction": base.gpu.achievable_bandwidth_fraction * 0.8,
+            "gpu.kernel_launch_s": base.gpu.kernel_launch_s * 1.5,
+            "link.copy_issue_s": base.link.copy_issue_s * 2.0,
+        }
+    )
+    src = make_trace(tmp_path / "src", n_steps=30, seed=4)
+    measured = tmp_path / "measured"
+    write_simulated_trace(measured, src, truth)
+    cal = calibrate(measured, "a100-40g-pcie4")
+    assert cal.test_error_before > 0.05
+    assert cal.test_error < 0.01
+    for key in ("gpu.achievable_bandwidth_fraction", "gpu.kernel_launch_s"):
+        part, _, name = key.partition(".")
+        want = getattr(getattr(truth, part), name)
+        assert cal.after[key] == pytest.approx(want, rel=0.15), key
+    assert cal.profile.sources["gpu.kernel_launch_s"].startswith("calibrated: ")
+    out = _run(
+        [
+            "calibrate",
+            str(measured),
+            "--hardware",
+            "a100-40g-pcie4",
+            "--json",
+            "--out",
+            str(tmp_path / "fitted.yaml"),
+        ]
+    ).output
+    assert json.loads(out)["test_error"] < 0.01
+    assert load_profile(tmp_path / "fitted.yaml").name == "a100-40g-pcie4"

@@ -1,0 +1,280 @@
+"""Peer methods (Quest, ArkVale, ShadowKV, InfiniGen, RaaS, RazorAttention): properties of their designs.
+
+Each test states a consequence of the method's design (docs/methods.md) and checks the simulator shows
+it on synthetic demand; the last tests check every peer against the fine-grained SimPy engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config import SimConfig
+from sim.demand import Demand
+from sim.engine import run_simulation
+from sim.errors import SimInputError
+from sim.methods import METHODS, available_methods, method_class
+from sim.synthetic import synthetic_demand
+
+PEERS = ("quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention")
+OFFLOADING = ("arkvale", "shadowkv", "infinigen")
+ON_GPU = ("quest", "raas", "razorattention")
+MODEL = "llama-3.1-8b"
+
+
+@pytest.fixture(scope="module")
+def demand() -> Demand:
+    return synthetic_demand("correction=0.3,hit=0.8,steps=256,seqs=2", model=MODEL, seed=0)
+
+
+@pytest.fixture(scope="module")
+def demand_all_hits() -> Demand:
+    return synthetic_demand("correction=0.3,hit=0.99,steps=256,seqs=2", model=MODEL, seed=0)
+
+
+def _cfg(method: str, **kw) -> SimConfig:
+    base = dict(
+        model=MODEL,
+        hardware="a100-40g-pcie4",
+        method=method,
+        batch_size=2,
+        input_tokens=8192,
+        output_tokens=64,
+        page_size=32,
+        budget_tokens=2048,
+        sink_tokens=512,
+        window_tokens=512,
+    )
+    base.update(kw)
+    return SimConfig(**base)
+
+
+def _run(method: str, demand: Demand, **kw):
+    return run_simulation(_cfg(method, **kw), demand, seed=0)
+
+
+# ----- every peer -----
+
+
+def test_every_peer_is_registered_and_importable() -> None:
+    for name in PEERS:
+        assert name in METHODS and name in available_methods()
+        cls = method_class(name)
+        assert cls.name == name and cls.summary and cls.sources
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_runs_on_synthetic_demand_and_is_deterministic(name: str, demand: Demand) -> None:
+    a, b = _run(name, demand), _run(name, demand)
+    out = a.to_dict()
+    assert out["method"] == name and out["hardware"] == "a100-40g-pcie4"
+    assert out["per_token_latency_s"]["mean"] > 0 and out["prefill_s"] > 0
+    assert out["memory"]["gpu_bytes"] > 0 and out["memory"]["fits"]
+    assert np.array_equal(a.step_latency_s, b.step_latency_s)
+    assert a.step_latency_s.shape == (64,)
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_unknown_and_bad_options_are_clear_errors(name: str, demand: Demand) -> None:
+    with pytest.raises(SimInputError, match="unknown method_options.*valid"):
+        _run(name, demand, method_options={"no_such_knob": 1})
+    cls = method_class(name)
+    knob = next(iter(cls.__dataclass_fields__))
+    with pytest.raises(SimInputError, match=f"method_options.{knob}"):
+        _run(name, demand, method_options={knob: "not a value"})
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_latency_not_lower_when_link_bandwidth_falls(name: str, demand: Demand) -> None:
+    fast = _run(name, demand).step_latency_s.mean()
+    slow = _run(
+        name, demand, hardware_overrides={"link.h2d_effective_gbps": 8.0, "link.d2h_effective_gbps": 8.0}
+    ).step_latency_s.mean()
+    assert slow >= fast * (1 - 1e-12)
+    if name in OFFLOADING:
+        assert slow > fast * 1.02  # recall sits on their critical path
+    else:
+        assert slow == pytest.approx(fast, rel=1e-12)  # nothing crosses the link
+
+
+@pytest.mark.parametrize("name", ON_GPU)
+def test_on_gpu_methods_use_no_host_link_or_host_memory(name: str, demand: Demand) -> None:
+    out = _run(name, demand).to_dict()
+    assert out["link_utilisation"] == {"h2d": 0.0, "d2h": 0.0}
+    assert out["memory"]["host_bytes"] == 0
+    assert out["critical_share"]["recall"] == 0.0
+
+
+@pytest.mark.parametrize("name", OFFLOADING)
+def test_offloading_methods_keep_kv_in_host_memory(name: str, demand: Demand) -> None:
+    out = _run(name, demand).to_dict()
+    assert out["memory"]["host_bytes"] > 0
+    assert out["link_utilisation"]["h2d"] > 0
+    assert out["critical_share"]["recall"] > 0
+
+
+# ----- Quest -----
+
+
+def test_quest_latency_grows_with_context_through_selection() -> None:
+    short = _run("quest", None, input_tokens=4096).to_dict()
+    long = _run("quest", None, input_tokens=65536).to_dict()
+    assert long["breakdown_s"]["select"] > 4 * short["breakdown_s"]["select"]
+    assert long["per_token_latency_s"]["mean"] > short["per_token_latency_s"]["mean"]
+    # sparse attention reads the budget, not the context
+    assert long["breakdown_s"]["attention"] == pytest.approx(short["breakdown_s"]["attention"], rel=1e-9)
+
+
+def test_quest_keeps_full_kv_on_gpu_and_pays_per_query_head_traffic() -> None:
+    dense = _run("dense", None).to_dict()["memory"]
+    quest = _run("quest", None).to_dict()
+    assert quest["memory"]["kv_gpu_bytes"] > dense["kv_gpu_bytes"]  # full KV plus min/max summaries
+    grouped = _run("quest", None, method_options={"group_consistent": True}).to_dict()
+    # GQA (G = 4 for Llama-3.1-8B): per-query-head page sets read ~G times the KV of one set per KV head
+    ratio = quest["breakdown_s"]["attention"] / grouped["breakdown_s"]["attention"]
+    assert 2.0 < ratio <= 4.0
+    assert quest["breakdown_s"]["select"] > grouped["breakdown_s"]["select"]
+
+
+# ----- ArkVale -----
+
+
+def test_arkvale_recall_follows_cache_misses(demand: Demand, demand_all_hits: Demand) -> None:
+    misses = _run("arkvale", demand).to_dict()
+    hits = _run("arkvale", demand_all_hits).to_dict()
+    assert hits["breakdown_s"]["recall"] < 0.2 * misses["breakdown_s"]["recall"]
+    assert hits["per_token_latency_s"]["mean"] < misses["per_token_latency_s"]["mean"]
+
+
+def test_arkvale_whole_page_groups_avoid_fragmentation(demand: Demand) -> None:
+    per_head = _run("arkvale", demand).to_dict()
+    whole = _run("arkvale", demand, method_options={"group_heads": 8}).to_dict()
+    assert whole["breakdown_s"]["recall"] < per_head["breakdown_s"]["recall"]
+    with pytest.raises(SimInputError, match="group_heads=3 must divide"):
+        _run("arkvale", demand, method_options={"group_heads": 3})
+
+
+def test_arkvale_is_blocking_unlike_freekv(demand: Demand) -> None:
+    """Same demand and link: without speculation every miss is on the critical path."""
+    ark = _run("arkvale", demand).to_dict()
+    free = _run("freekv", demand).to_dict()
+    assert ark["critical_share"]["recall"] > free["critical_share"]["recall"]
+
+
+# ----- ShadowKV -----
+
+
+def test_shadowkv_gpu_memory_below_dense_and_host_holds_values_only(demand: Demand) -> None:
+    cfg = dict(input_tokens=65536, output_tokens=32)
+    dense = _run("dense", None, **cfg).to_dict()["memory"]
+    shadow = _run("shadowkv", demand, **cfg).to_dict()["memory"]
+    assert shadow["kv_gpu_bytes"] < 0.35 * dense["kv_gpu_bytes"]
+    assert shadow["max_batch"] > dense["max_batch"]
+    arkvale = _run("arkvale", demand, **cfg).to_dict()["memory"]
+    assert shadow["host_bytes"] == pytest.approx(arkvale["host_bytes"] / 2, rel=1e-6)  # values, not keys
+
+
+def test_shadowkv_rebuilds_keys_on_the_critical_path(demand: Demand) -> None:
+    out = _run("shadowkv", demand).to_dict()
+    assert out["breakdown_s"]["rebuild"] > 0 and out["breakdown_s"]["select"] > 0
+    higher_rank = _run("shadowkv", demand, method_options={"rank": 640}).to_dict()
+    assert higher_rank["breakdown_s"]["rebuild"] > out["breakdown_s"]["rebuild"]
+
+
+def test_shadowkv_reruns_svd_every_interval(demand: Demand) -> None:
+    res = _run("shadowkv", demand, output_tokens=96, method_options={"svd_interval_tokens": 32})
+    lat = res.step_latency_s
+    spikes = np.flatnonzero(lat > 1.5 * np.median(lat))
+    assert list(spikes) == [31, 63, 95]
+    rarer = _run("shadowkv", demand, output_tokens=96, method_options={"svd_interval_tokens": 64})
+    assert rarer.step_latency_s.mean() < lat.mean()
+
+
+# ----- InfiniGen -----
+
+
+def test_infinigen_prefetch_is_token_granular_and_ignores_cache_hits(
+    demand: Demand, demand_all_hits: Demand
+) -> None:
+    a = _run("infinigen", demand).to_dict()
+    b = _run("infinigen", demand_all_hits).to_dict()
+    assert a["per_token_latency_s"] == b["per_token_latency_s"]  # no reuse of resident tokens
+    coarse = _run("infinigen", demand, method_options={"run_bytes": 16384}).to_dict()
+    assert coarse["per_token_latency_s"]["mean"] < 0.9 * a["per_token_latency_s"]["mean"]
+
+
+def test_infinigen_prefetch_overlaps_the_previous_layer(demand: Demand) -> None:
+    """Latency is below the serial sum of compute and prefetch: the prefetch hides behind a layer."""
+    res = _run("infinigen", demand, batch_size=1, input_tokens=4096, budget_tokens=1536)
+    out = res.to_dict()
+    step = out["per_token_latency_s"]["mean"]
+    compute = sum(v for k, v in out["breakdown_s"].items() if k not in ("prefetch", "speculate"))
+    events = res.timeline(10)
+    prefetch = sum(e["end_s"] - e["start_s"] for e in map(_event, events) if e["name"].startswith("prefetch"))
+    assert prefetch > 0
+    assert step < compute + prefetch
+
+
+def _event(e) -> dict:
+    return e if isinstance(e, dict) else {"name": e.name, "start_s": e.start_s, "end_s": e.end_s}
+
+
+# ----- RaaS -----
+
+
+def test_raas_cost_and_memory_do_not_grow_with_context() -> None:
+    short = _run("raas", None, input_tokens=8192).to_dict()
+    long = _run("raas", None, input_tokens=65536).to_dict()
+    assert long["per_token_latency_s"]["mean"] == pytest.approx(
+        short["per_token_latency_s"]["mean"], rel=1e-9
+    )
+    assert long["memory"]["kv_gpu_bytes"] == short["memory"]["kv_gpu_bytes"]
+    per_query_head = _run("raas", None, method_options={"group_consistent": False}).to_dict()
+    assert per_query_head["memory"]["kv_gpu_bytes"] == pytest.approx(
+        4 * short["memory"]["kv_gpu_bytes"], rel=0.01
+    )
+
+
+# ----- RazorAttention -----
+
+
+def test_razorattention_memory_reflects_the_heads_it_keeps() -> None:
+    cfg = dict(input_tokens=32768, output_tokens=32)
+    dense = _run("dense", None, **cfg).to_dict()
+    razor = _run("razorattention", None, **cfg).to_dict()
+    everything = _run("razorattention", None, method_options={"retrieval_fraction": 1.0}, **cfg).to_dict()
+    nothing = _run("razorattention", None, method_options={"retrieval_fraction": 0.0}, **cfg).to_dict()
+    assert (
+        nothing["memory"]["kv_gpu_bytes"] < razor["memory"]["kv_gpu_bytes"] < dense["memory"]["kv_gpu_bytes"]
+    )
+    assert everything["memory"]["kv_gpu_bytes"] == pytest.approx(dense["memory"]["kv_gpu_bytes"], rel=1e-6)
+    assert everything["per_token_latency_s"]["mean"] == pytest.approx(
+        dense["per_token_latency_s"]["mean"], rel=1e-9
+    )
+    # 15% retrieval heads: KV ~ 0.15 of dense plus the budget of the other heads
+    share = razor["memory"]["kv_gpu_bytes"] / dense["memory"]["kv_gpu_bytes"]
+    assert 0.15 < share < 0.25
+
+
+# ----- engines agree -----
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_simpy_engine_agrees_with_aggregated(name: str) -> None:
+    small = synthetic_demand("correction=0.4,hit=0.7,steps=64,seqs=2", model="smollm2-135m", seed=1)
+    cfg = SimConfig(
+        model="smollm2-135m",
+        hardware="h100-sxm",
+        method=name,
+        batch_size=2,
+        input_tokens=2500,
+        output_tokens=12,
+        page_size=32,
+        budget_tokens=1024,
+        sink_tokens=128,
+        window_tokens=128,
+        method_options={"svd_interval_tokens": 5} if name == "shadowkv" else {},
+    )
+    fast = run_simulation(cfg, small, seed=0)
+    fine = run_simulation(cfg, small, seed=0, engine="simpy")
+    np.testing.assert_allclose(fine.step_latency_s, fast.step_latency_s, rtol=1e-9, atol=1e-12)
