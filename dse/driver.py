@@ -214,7 +214,6 @@ class Sweep:
         trial.set_user_attr("worker", {"host": self.host, "pid": os.getpid()})
         if self._rank(trial.number) >= self.budget:
             trial.set_user_attr("skipped", "surplus: the trial budget was already full")
-            self.ostudy.stop()
             raise optuna.TrialPruned("over budget")
         knobs = self.space.suggest(trial)
         reason = knobs.invalid_reason()

@@ -119,8 +119,9 @@ def recover_interrupted(ostudy: Any, host: str) -> int:
     for t in ostudy.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         if "error" in t.user_attrs or t.number in requeued:
             continue
-        if t.params:
-            ostudy.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+        params = t.params or t.system_attrs.get("fixed_params")  # killed before or after sampling
+        if params:
+            ostudy.enqueue_trial(params, user_attrs={"requeued_from": t.number})
         new.append(t.number)
     if new:
         ostudy.set_user_attr("requeued", sorted(requeued | set(new)))

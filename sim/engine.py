@@ -8,6 +8,7 @@ aggregated schedule (sim/schedule.py), or with engine="simpy" the fine-grained S
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Literal
 
@@ -96,7 +97,7 @@ def prepare(
         cost=CostModel(model, loaded, cfg.batch_size, cfg.dtype_bytes),
         demand=bd,
     )
-    template = method.template(ctx)
+    template = _share_copy_engine(method.template(ctx), loaded)
     validate_template(template)
     work = method.work(ctx)
     missing = sorted({op.name for op in template} - set(work))
@@ -104,7 +105,10 @@ def prepare(
         raise ValueError(f"method {cfg.method!r}: no work for template ops {missing}")
     for op in template:
         item = work[op.name]
-        if isinstance(item, Transfer) and item.direction not in op.resources:
+        if not isinstance(item, Transfer):
+            continue
+        queue = item.direction if loaded.link.copy_engines >= 2 else "h2d"  # one engine: one queue
+        if queue not in op.resources:
             raise ValueError(f"method {cfg.method!r}: transfer {op.name!r} must hold link {item.direction!r}")
     return Prepared(cfg, method, ctx, template, work)
 
@@ -202,6 +206,17 @@ def run_simulation(
         _events=events,
         _replay=replay,
     )
+
+
+def _share_copy_engine(template: tuple[OpSpec, ...], profile: HardwareProfile) -> tuple[OpSpec, ...]:
+    """With a single copy engine, host-to-device and device-to-host copies share one queue."""
+    if profile.link.copy_engines >= 2:
+        return template
+    out = []
+    for op in template:
+        res = tuple(dict.fromkeys("h2d" if r == "d2h" else r for r in op.resources))
+        out.append(dataclasses.replace(op, resources=res))
+    return tuple(out)
 
 
 def _stall_from_ends(template: tuple[OpSpec, ...], durations: dict[str, np.ndarray], ends: np.ndarray):

@@ -47,9 +47,11 @@ def to_chrome_trace(events: Iterable[dict[str, Any]], process_name: str = "freek
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(events: Iterable[dict[str, Any]], path: str | Path) -> Path:
+def write_chrome_trace(
+    events: Iterable[dict[str, Any]], path: str | Path, process_name: str = "freekv-dse sim"
+) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(to_chrome_trace(events)))
+    path.write_text(json.dumps(to_chrome_trace(events, process_name)))
     return path
 
 

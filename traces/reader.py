@@ -144,4 +144,7 @@ def open_trace(path: str | os.PathLike[str]) -> TraceReader:
         raise TraceError(
             f"{path}: is a file; a trace is a directory holding {META_FILE} and {RECORDS_FILE}{hint}"
         )
-    return TraceReader(path)
+    try:
+        return TraceReader(path)
+    except OSError as exc:
+        raise TraceError(f"{exc.filename or path}: cannot read the trace ({exc.strerror or exc})") from None

@@ -95,10 +95,18 @@ class TraceWriter:
                 (path / name).unlink()
         except OSError as exc:
             raise TraceError(f"{path}: cannot create the trace directory ({exc.strerror})") from None
-        writer = cls(path, meta, fsync=fsync, compress_level=compress_level)
-        tmp = path / (META_FILE + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path / META_FILE)  # meta.json appears whole or not at all
+        writer: TraceWriter | None = None
+        try:
+            writer = cls(path, meta, fsync=fsync, compress_level=compress_level)
+            tmp = path / (META_FILE + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path / META_FILE)  # meta.json appears whole or not at all
+        except (OSError, TraceError) as exc:
+            if writer is not None:
+                writer.abort()
+            if isinstance(exc, TraceError):
+                raise
+            raise TraceError(f"{path}: cannot write the trace ({exc.strerror or exc})") from None
         return writer
 
     def append_prefill(self, rec: PrefillRecord) -> None:
@@ -158,9 +166,12 @@ class TraceWriter:
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            n = self._file.write(view)
-            view = view[n:]
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        try:
+            while view:
+                n = self._file.write(view)
+                view = view[n:]
+            if self.fsync:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise TraceError(f"{self.path / RECORDS_FILE}: cannot write ({exc.strerror or exc})") from None
         self.bytes_written += len(data)

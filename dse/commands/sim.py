@@ -48,7 +48,12 @@ class _SimGroup(click.Group):
 
 @click.group(cls=_SimGroup)
 def command() -> None:
-    """Replay a trace (or a synthetic one) on a hardware profile: simulated latency, memory, timeline."""
+    """Replay a trace (or a synthetic one) on a hardware profile: simulated latency, memory, timeline.
+
+    \b
+    dse sim [run] [TRACE | --synthetic SPEC] --model M --hardware H --method freekv|all [...]
+    dse sim calibrate TRACE --hardware H [--out fitted.yaml]
+    """
 
 
 @command.command("run")
@@ -156,7 +161,12 @@ def run_command(
                 skipped[name] = "needs a trace or --synthetic"
                 continue
         cfg = SimConfig(method=name, **base)
-        results[name] = run_simulation(cfg, demand, seed, engine=engine, timeline_steps=steps)  # type: ignore[arg-type]
+        try:
+            results[name] = run_simulation(cfg, demand, seed, engine=engine, timeline_steps=steps)  # type: ignore[arg-type]
+        except SimInputError as exc:
+            if method != "all":
+                raise
+            skipped[name] = str(exc)  # e.g. a method option that only some methods accept
     if not results:
         raise SimInputError(
             "no method could be simulated: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
@@ -197,10 +207,12 @@ def _write_timelines(results: dict, steps: list[int], html: Path | None, chrome:
             if len(results) > 1:
                 evs = [{**e, "stream": f"{name}/{e['stream']}"} for e in evs]
             events += evs
+    first = next(iter(results.values()))
+    label = f"{first.model} on {first.hardware}, batch {first.batch_size}; demand: {first.demand_label}"
     if chrome is not None:
-        write_chrome_trace(events, chrome)
+        write_chrome_trace(events, chrome, process_name=f"freekv-dse sim: {label}")
     if html is not None:
-        title = f"stream timeline, steps {steps} ({', '.join(results)})"
+        title = f"stream timeline, steps {steps} ({', '.join(results)}): {label}"
         timeline_figure(events, title).write_html(str(html), include_plotlyjs=True)
 
 

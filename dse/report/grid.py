@@ -80,15 +80,15 @@ def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid
     method = sim_method(run.config)
     loaded = load_profile(profile)
 
-    def simulate(m: str, batch: int, context: int) -> dict[str, Any]:
+    def point(m: str, batch: int, context: int) -> dict[str, Any]:
         cfg = sim_config(
             data, run.config, profile, batch_size=batch, input_tokens=context, output_tokens=steps, method=m
         )
         return simulate(cfg, demand, seed, loaded).to_dict()
 
     methods = (method, "dense")
-    by_batch = {m: [(b, simulate(m, b, input_tokens)) for b in batches] for m in methods}
-    by_context = {m: [(c, simulate(m, batch0, c)) for c in contexts] for m in methods}
+    by_batch = {m: [(b, point(m, b, input_tokens)) for b in batches] for m in methods}
+    by_context = {m: [(c, point(m, batch0, c)) for c in contexts] for m in methods}
     memory: dict[tuple[str, int], list[tuple[int, dict]]] = {}
     max_batch: dict[tuple[str, int], int] = {}
     for m in methods:

@@ -36,8 +36,8 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
 
 
 def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
-    from sim.errors import SimInputError
     from sim import load_profile
+    from sim.errors import SimInputError
     from sim.methods import available_methods, missing_methods
 
     w = workload(data)

@@ -1,26 +1,30 @@
 """InfiniGen: speculate the next layer's important tokens and prefetch them from host memory.
 
 Source: Lee et al., "InfiniGen: Efficient Generative Inference of Large Language Models with Dynamic
-KV Cache Management" (OSDI 2024), built on FlexGen's offloading runtime. Assumptions (docs/methods.md
-has the discussion):
+KV Cache Management" (OSDI 2024), built on FlexGen's offloading runtime, and its code
+(snu-comparch/InfiniGen, speedup/infinigen/infinigen/kv_selection_controller.py, speedup/flexgen/
+infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (docs/methods.md):
 
 - The KV cache of every layer except layer 0 lives in host memory (layer 0 is kept whole on the GPU:
   the paper speculates from layer 1 on because layer 0's inputs carry outliers). The GPU keeps, per
-  layer, a partial key cache (the `partial_ratio` share of the channels of the skewed keys, for every
-  token) and partial query weights.
-- At layer i, right after the attention input is formed, InfiniGen speculates layer i+1: it
-  multiplies the input with layer i+1's partial query weights (a GEMV over hidden x n_qo * d *
-  partial_ratio) and scores every cached token with the partial keys; the top tokens are prefetched
-  from host memory on a separate stream, overlapping layer i's attention, output projection and FFN
-  and layer i+1's QKV projection. Layer i+1's attention waits for that prefetch. The token list must
-  reach the host to issue the copies (a host sync after the speculation).
-- Prefetch volume: the selected tokens of every (sequence, KV head) every step, with no reuse of
-  what is already on the GPU (the prefetch buffer is rewritten each step). The paper selects a
-  variable number of tokens (score above max - alpha); here `budget_tokens` per KV head for a
-  like-for-like comparison at the same budget.
-- Token granularity: the host cache is FlexGen's (token, head, d) layout, so a selected token of one
-  KV head is a contiguous run of d elements (256 B at d = 128 in bf16) for K and another for V: one
-  gather copy per (sequence, KV head) made of 256 B runs (`run_bytes` overrides the run size).
+  layer, a partial key cache (`partial_ratio` of the channels of the skewed keys, every token; 0.2 is
+  the code's `--partial-weight-ratio`) and partial query weights.
+- At layer i, right after the attention input is formed, InfiniGen speculates layer i+1
+  (`speculate_attention`): a GEMV with layer i+1's partial query weights and a partial QK over every
+  cached token, then top-k. The indices go back to the host (`.to(k_cache.device)`): the host, which
+  has meanwhile issued layer i's attention and FFN, waits for them (a host sync) before gathering.
+- Gathering the selected tokens, two ways (`gather`):
+  "cpu" (default, what the code does: `select_kv` is an `F.embedding` over the host-resident cache):
+  the host thread gathers the selected rows of d elements (256 B) into a contiguous buffer, reading
+  scattered rows and writing them out (2x the bytes at `cpu_gather_fraction` of the host memory
+  bandwidth; the host thread is busy meanwhile), then K and V go to the GPU as two contiguous copies.
+  "dma": the copy engine gathers directly, one copy per (sequence, KV head) made of runs of one
+  token of one head (`run_bytes`, default d elements), at the profile's run efficiency.
+  Either way the prefetch of layer i+1 overlaps layer i's attention, output projection and FFN and
+  layer i+1's QKV projection; layer i+1's attention waits for it.
+- Prefetch volume: the selected tokens of every (sequence, KV head), every step, with no reuse of
+  what is already on the GPU. The code picks a variable count (scores above max - alpha, capped by
+  `max_num_kv`); here `budget_tokens` per KV head for a like-for-like comparison at the same budget.
 - Each step the new token's K and V of every offloaded layer are written back (device->host).
 """
 
@@ -42,9 +46,12 @@ __all__ = ["InfiniGen"]
 @dataclass(frozen=True)
 class InfiniGen(Method):
     """InfiniGen (module docstring). partial_ratio: share of key/query channels used to speculate;
-    run_bytes: contiguous bytes per run of a prefetch (0: one token of one head, d elements)."""
+    gather: "cpu" (host gathers, contiguous copies) or "dma" (copy engine gathers runs of `run_bytes`,
+    0: one token of one head); cpu_gather_fraction: share of host memory bandwidth the gather reaches."""
 
-    partial_ratio: float = 0.3
+    partial_ratio: float = 0.2
+    gather: str = "cpu"
+    cpu_gather_fraction: float = 0.3
     run_bytes: int = 0
 
     name: ClassVar[str] = "infinigen"
@@ -55,12 +62,19 @@ class InfiniGen(Method):
         "(OSDI 2024): partial query weights and partial key cache, speculation of layer i+1 at layer i, "
         "prefetch overlapping the current layer, speculation from layer 1 on",
         "Sheng et al., FlexGen (ICML 2023): host KV layout (token, head, d) of the runtime InfiniGen extends",
+        "snu-comparch/InfiniGen code: select_kv gathers on the host with F.embedding; figure14 script uses "
+        "--alpha 4 --partial-weight-ratio 0.2 --max-num-kv 400",
     )
 
     def __post_init__(self) -> None:
         r = self.partial_ratio
         if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 1:
             raise SimInputError(f"method_options.partial_ratio must be in (0, 1], got {r!r}")
+        if self.gather not in ("cpu", "dma"):
+            raise SimInputError(f"method_options.gather must be 'cpu' or 'dma', got {self.gather!r}")
+        f = self.cpu_gather_fraction
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 < f <= 1:
+            raise SimInputError(f"method_options.cpu_gather_fraction must be in (0, 1], got {f!r}")
         if not isinstance(self.run_bytes, int) or isinstance(self.run_bytes, bool) or self.run_bytes < 0:
             raise SimInputError(f"method_options.run_bytes must be an integer >= 0, got {self.run_bytes!r}")
 
@@ -79,11 +93,13 @@ class InfiniGen(Method):
         return (
             OpSpec("qkv", ("compute",)),
             OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
-            OpSpec("speculate", ("compute",), host_sync=True, category="select"),
-            OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("speculate"),), category="recall"),
+            OpSpec("speculate", ("compute",), category="select"),
             OpSpec("attention", ("compute",), (Dep("prefetch", "prev_layer"),)),
             OpSpec("out_proj", ("compute",)),
             OpSpec("ffn", ("compute",)),
+            # host side (no GPU resource): read the indices back, gather ("cpu"); the host waits for it
+            OpSpec("gather", (), (Dep("speculate"),), host_sync=True, category="recall"),
+            OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("gather"),), category="recall"),
             OpSpec("lm_head", ("compute",), host_sync=True),
         )
 
@@ -112,10 +128,22 @@ class InfiniGen(Method):
         )
         speculate = np.where(target[None, :], (spec_gemv + spec_scores)[:, None], 0.0)
         tokens = np.minimum(context, cfg.budget_tokens)
-        run = self.run_bytes or d * dt
-        per_copy = tokens * 2 * d * dt  # K and V of the selected tokens of one (sequence, KV head)
-        prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
-        n_prefetch = np.where(target[None, :], b * m.n_kv_heads, 0) * np.ones(ctx.shape, dtype=np.int64)
+        kv_bytes = b * m.n_kv_heads * tokens * 2 * d * dt  # (S,) K and V of the selected tokens, one layer
+        ones = np.ones(ctx.shape)
+        index_bytes = b * m.n_kv_heads * tokens * 4  # int32 token ids read back to the host
+        readback = np.asarray(cost.copy_s(index_bytes, 1 << 40, "d2h"), dtype=np.float64)
+        if self.gather == "cpu":
+            host_bw = ctx.profile.host.memory_bandwidth_gbps * 1e9 * self.cpu_gather_fraction
+            gather = np.where(target[None, :], (readback + 2.0 * kv_bytes / host_bw)[:, None], 0.0)
+            n_prefetch = np.where(target[None, :], 2, 0) * ones  # one contiguous copy for K, one for V
+            per_copy = kv_bytes / 2
+            prefetch_copy = np.asarray(cost.copy_s(per_copy, 1 << 40, "h2d"), dtype=np.float64)
+        else:
+            gather = np.where(target[None, :], readback[:, None], 0.0)
+            run = self.run_bytes or d * dt
+            n_prefetch = np.where(target[None, :], b * m.n_kv_heads, 0) * ones  # one per (sequence, head)
+            per_copy = tokens * 2 * d * dt
+            prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
         token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
         return {
@@ -129,6 +157,7 @@ class InfiniGen(Method):
                 issue_threads=1,
             ),
             "speculate": Kernel(np.asarray(speculate, dtype=np.float64)),
+            "gather": Kernel(np.asarray(gather, dtype=np.float64)),
             "prefetch": Transfer(
                 direction="h2d",
                 n_copies=n_prefetch.astype(np.int64),

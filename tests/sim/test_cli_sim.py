@@ -97,6 +97,17 @@ def test_trace_transplant_via_cli(tmp_path: Path) -> None:
     assert "transplanted from smollm2-135m" in text
 
 
+def test_fine_grained_engine_via_cli() -> None:
+    args = "--synthetic correction=0.5,hit=0.8,steps=8 --model llama-3.1-8b --hardware a100-40g-pcie4 "
+    args += "--batch 2 --input-tokens 4000 --output-tokens 2 --budget-tokens 768 --sink-tokens 128 "
+    args += "--window-tokens 128"
+    args = args.split()
+    agg = json.loads(_run([*args, "--json"]).output)
+    fine = json.loads(_run([*args, "--engine", "simpy", "--json"]).output)
+    assert fine["engine"] == "simpy"
+    assert fine["per_token_latency_s"]["mean"] == pytest.approx(agg["per_token_latency_s"]["mean"], rel=1e-9)
+
+
 def test_dense_without_demand_and_oom_message() -> None:
     text = _run(
         [

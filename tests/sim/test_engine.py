@@ -140,3 +140,11 @@ def test_timeline_events_cover_the_step(demand) -> None:
     step_start = float(np.cumsum(res.step_latency_s)[4])
     assert min(e["start_s"] for e in events) >= step_start - 1e-12
     assert res.timeline(9)  # not recorded: recomputed by replaying the schedule
+
+
+def test_single_copy_engine_serialises_both_directions(demand) -> None:
+    two = run_simulation(_cfg(method="full-offload"), demand)
+    one = run_simulation(_cfg(method="full-offload", hardware_overrides={"link.copy_engines": 1}), demand)
+    assert _mean(one) >= _mean(two)
+    events = run_simulation(_cfg(hardware_overrides={"link.copy_engines": 1}), demand).timeline(3)
+    assert "d2h" not in {e["stream"] for e in events}

@@ -45,7 +45,7 @@ def test_fragmented_recall_moves_the_same_bytes_more_slowly(demand) -> None:
     hl = run_simulation(_cfg(), demand)
     nhd = run_simulation(_cfg(method="freekv-nohl"), demand)
     assert hl.link_bytes["h2d"] == pytest.approx(nhd.link_bytes["h2d"])
-    assert nhd.link_busy_s["h2d"] > 2 * hl.link_busy_s["h2d"]
+    assert nhd.link_busy_s["h2d"] > 1.2 * hl.link_busy_s["h2d"]
 
 
 def test_without_speculation_all_recall_is_synchronous(demand) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from dse.commands.hardware import command
@@ -70,3 +71,24 @@ def test_dse_prints_hardware_errors_without_traceback() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "unknown hardware profile 'a100-41g'" in proc.stderr and "a100-40g-pcie4" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_list_skips_a_broken_user_file_and_shows_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken.yaml").write_text("name: broken\ndescription: half a profile\n")
+    monkeypatch.setenv(PROFILES_ENV, str(tmp_path))
+    result = CliRunner().invoke(command, ["list"])
+    assert result.exit_code == 0, result.output
+    assert "skipped" in result.output and "broken.yaml" in result.output and "gpu: missing" in result.output
+    assert "a100-40g-pcie4" in result.output and str(tmp_path) in result.output
+
+
+def test_show_accepts_a_file_path(tmp_path: Path) -> None:
+    data = load_profile("rtx-4090").to_dict()
+    data["name"] = "my-desktop"
+    path = tmp_path / "my-desktop.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(command, ["show", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("my-desktop: ") and "GeForce RTX 4090" in result.output

@@ -193,14 +193,28 @@ def test_shadowkv_reruns_svd_every_interval(demand: Demand) -> None:
 # ----- InfiniGen -----
 
 
-def test_infinigen_prefetch_is_token_granular_and_ignores_cache_hits(
-    demand: Demand, demand_all_hits: Demand
-) -> None:
+def test_infinigen_prefetch_ignores_cache_hits(demand: Demand, demand_all_hits: Demand) -> None:
     a = _run("infinigen", demand).to_dict()
     b = _run("infinigen", demand_all_hits).to_dict()
     assert a["per_token_latency_s"] == b["per_token_latency_s"]  # no reuse of resident tokens
-    coarse = _run("infinigen", demand, method_options={"run_bytes": 16384}).to_dict()
-    assert coarse["per_token_latency_s"]["mean"] < 0.9 * a["per_token_latency_s"]["mean"]
+
+
+def test_infinigen_dma_gather_pays_for_token_granular_runs(demand: Demand) -> None:
+    fine = _run("infinigen", demand, method_options={"gather": "dma"}).to_dict()
+    coarse = _run("infinigen", demand, method_options={"gather": "dma", "run_bytes": 16384}).to_dict()
+    assert coarse["per_token_latency_s"]["mean"] < 0.9 * fine["per_token_latency_s"]["mean"]
+
+
+def test_infinigen_cpu_gather_depends_on_host_memory_bandwidth(demand: Demand) -> None:
+    slow_host = {"host.memory_bandwidth_gbps": 20.0}
+    cpu = _run("infinigen", demand).step_latency_s.mean()
+    cpu_slow = _run("infinigen", demand, hardware_overrides=slow_host).step_latency_s.mean()
+    dma = _run("infinigen", demand, method_options={"gather": "dma"}).step_latency_s.mean()
+    dma_slow = _run(
+        "infinigen", demand, method_options={"gather": "dma"}, hardware_overrides=slow_host
+    ).step_latency_s.mean()
+    assert cpu_slow > 1.1 * cpu
+    assert dma_slow == pytest.approx(dma, rel=1e-12)
 
 
 def test_infinigen_prefetch_overlaps_the_previous_layer(demand: Demand) -> None:
@@ -208,7 +222,8 @@ def test_infinigen_prefetch_overlaps_the_previous_layer(demand: Demand) -> None:
     res = _run("infinigen", demand, batch_size=1, input_tokens=4096, budget_tokens=1536)
     out = res.to_dict()
     step = out["per_token_latency_s"]["mean"]
-    compute = sum(v for k, v in out["breakdown_s"].items() if k not in ("prefetch", "speculate"))
+    hidden_work = ("prefetch", "speculate", "gather")
+    compute = sum(v for k, v in out["breakdown_s"].items() if k not in hidden_work)
     events = res.timeline(10)
     prefetch = sum(e["end_s"] - e["start_s"] for e in map(_event, events) if e["name"].startswith("prefetch"))
     assert prefetch > 0

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/traces/make_v1_asset.py
 
-It also writes expected.json, every record as plain JSON, so test_asset_v1.py can check that any future
+It also writes expected.json, every record as plain JSON, so test_trace_asset_v1.py can check that any future
 reader decodes the frozen binary to exactly these values. Do NOT regenerate it after a format change:
 the point of the asset is that old traces stay readable.
 """
