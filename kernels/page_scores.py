@@ -139,14 +139,12 @@ def page_scores_reference(
 ) -> torch.Tensor:
     """Plain-torch page scores (b, Hkv, P) float32; see the module docstring.
 
-    Uses max(q*a, q*c) = q*(a+c)/2 + |q|*(a-c)/2 for a >= c, which turns the bound into two matmuls.
+    Uses max(q*a, q*c) = max(q, 0)*a + min(q, 0)*c for a >= c, which turns the bound into two
+    matmuls over the summaries as they are (no elementwise pass over the (b, Hkv, P, d) tensors).
     """
     b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
     qf = q.float().reshape(b, hkv, group, d)
-    lo_f, hi_f = kmin.float(), kmax.float()
-    center = (hi_f + lo_f) * 0.5
-    radius = (hi_f - lo_f) * 0.5
-    raw = qf @ center.transpose(-1, -2) + qf.abs() @ radius.transpose(-1, -2)  # (b, Hkv, G, P)
+    raw = qf.clamp(min=0) @ kmax.float().transpose(-1, -2) + qf.clamp(max=0) @ kmin.float().transpose(-1, -2)
     scores = raw * (1.0 / math.sqrt(d))
     pages = torch.arange(n_pages, device=q.device)
     cand = (pages >= page_lo[:, None]) & (pages < page_hi[:, None])  # (b, P)

@@ -1,0 +1,88 @@
+"""An interrupted sweep resumes with the same command: a worker is SIGKILLed after its first finished
+trial; the rerun keeps every finished trial as it was, fails and re-queues the killed one, and ends
+with exactly `trials` finished trials, each configuration run once (real runtime and simulator)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+from dse.sweep_storage import open_storage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STUDY = """\
+name: resume
+model: {name: smollm2-135m}
+tasks:
+  - {name: passkey, context_tokens: 128, samples: 1}
+search:
+  tau: [0.8, 0.85, 0.9]
+  page_size: [16]
+  budget_tokens: [96]
+  sink_tokens: [32]
+  window_tokens: [32]
+objectives:
+  - metric: passkey_accuracy
+  - latency: {hardware: a100-40g-pcie4}
+workload: {input_tokens: 4096, output_tokens: 32}
+hardware: [a100-40g-pcie4]
+trials: 3
+sampler: {name: grid, seed: 0}     # three configurations, each drawn once
+baselines: {dense: false, untuned_freekv: null}
+device: cpu
+"""
+
+
+def _trials(url: str) -> list[optuna.trial.FrozenTrial]:
+    try:
+        return optuna.load_study(study_name="resume", storage=open_storage(url, heartbeat=False)).trials
+    except KeyError:  # the worker has not created the study yet
+        return []
+
+
+def test_sigkill_then_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "resume.yaml"
+    path.write_text(STUDY)
+    out = tmp_path / "out"
+    url = f"sqlite:///{out / 'study.db'}"
+    cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--set", f"out_dir={out}", "--no-progress"]
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 900
+    try:
+        while not any(t.state.name == "COMPLETE" for t in (_trials(url) if out.exists() else [])):
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()
+            assert time.monotonic() < deadline, "no trial finished in 900 s"
+            time.sleep(0.5)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+    at_kill = _trials(url)
+    finished = {t.number: (t.values, t.datetime_complete) for t in at_kill if t.state.name == "COMPLETE"}
+    running = [t.number for t in at_kill if t.state.name == "RUNNING"]
+    assert finished
+
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+
+    after = _trials(url)
+    complete = [t for t in after if t.state.name == "COMPLETE"]
+    assert len(complete) == 3
+    for number, (values, when) in finished.items():  # kept as they were, not re-run
+        assert (after[number].state.name, after[number].values, after[number].datetime_complete) == (
+            "COMPLETE", values, when)
+    keys = [t.user_attrs["config_key"] for t in complete]
+    assert len(set(keys)) == 3, keys  # every configuration run exactly once
+    for number in running:  # the killed trial: failed as interrupted, its configuration re-queued
+        assert after[number].state.name == "FAIL" and "died" in after[number].user_attrs["interrupted"]
+        again = [t for t in complete if t.user_attrs.get("requeued_from") == number]
+        assert len(again) == 1 and again[0].params == after[number].params
+    assert "re-queued" in rerun.stderr or not running
