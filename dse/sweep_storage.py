@@ -9,6 +9,9 @@ trial; on the worker's own host a dead pid is noticed at once.
 from __future__ import annotations
 
 import os
+import random
+import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ __all__ = ["open_storage", "counts_toward_budget", "recover_interrupted", "pid_a
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 60
+_OPEN_ATTEMPTS = 4
 
 _SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
@@ -36,7 +40,7 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
             "missing), postgresql://user:password@host:port/database, or another SQLAlchemy URL "
             f"({', '.join(_SCHEMES)})."
         )
-    url = _with_driver(url)
+    rdb_url = _with_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if scheme == "sqlite":
         path = url.removeprefix("sqlite:///")
@@ -45,20 +49,32 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
         engine_kwargs = {"connect_args": {"timeout": 60}}
     else:
         engine_kwargs = {"pool_pre_ping": True}
-    try:
-        import warnings
+    jitter = random.Random(os.getpid())  # workers that collide back off by different amounts
+    last: Exception | None = None
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    rdb_url, engine_kwargs=engine_kwargs,
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S if heartbeat else None,
+                    grace_period=GRACE_PERIOD_S if heartbeat else None,
+                    heartbeat_stale_trial_callback=on_stale if heartbeat else None,
+                )
+        except Exception as exc:  # noqa: BLE001 - becomes one user-facing paragraph
+            last = exc
+            if not _creation_race(exc):
+                break
+            time.sleep(0.5 + attempt + jitter.random())
+    text = str(last).strip()
+    first = text.splitlines()[0] if text else type(last).__name__
+    raise DseError(f"cannot open the Optuna storage {url!r}: {first}")
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine_kwargs,
-                heartbeat_interval=HEARTBEAT_INTERVAL_S if heartbeat else None,
-                grace_period=GRACE_PERIOD_S if heartbeat else None,
-                heartbeat_stale_trial_callback=on_stale if heartbeat else None,
-            )
-    except Exception as exc:  # noqa: BLE001 - driver/connection errors become one user-facing paragraph
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DseError(f"cannot open the Optuna storage {url!r}: {first}") from None
+
+def _creation_race(exc: Exception) -> bool:
+    """Workers starting together on an empty database race to create Optuna's tables: retry those."""
+    text = f"{type(exc).__name__} {exc}"
+    return any(s in text for s in ("IntegrityError", "UniqueViolation", "already exists", "duplicate key"))
 
 
 def _with_driver(url: str) -> str:

@@ -4,6 +4,8 @@ Every operation `<op>` dispatches to `<op>_triton` when its tensors are on CUDA 
 FREEKV_FORCE_TRITON=1, used with TRITON_INTERPRET=1 to run the Triton kernels on a CPU) and to
 `<op>_reference` otherwise. Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim,
 p page size, P pages per sequence. Layouts: GPU cache "NHD" (n_slots, p, Hkv, d); host runs "HND".
+Bad arguments raise `KernelInputError` naming the argument. GPU status: every Triton kernel is tested in
+Triton's interpreter on the CPU and compiled for sm_80 / sm_90 ahead of time; none has run on a GPU yet.
 """
 
 from kernels.errors import KernelInputError

@@ -14,6 +14,8 @@ Result (b, Hkv, P) float32, -inf outside the candidate range (all -inf where the
 
 Shapes: q (b, Hq, d); kmin, kmax (b, Hkv, P, d), any float dtype, kmin <= kmax; page_lo, page_hi (b,)
 int32. Accumulation in float32.
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

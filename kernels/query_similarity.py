@@ -4,6 +4,8 @@ C[b, h] = mean over the G query heads j of KV head h of cos(q[b, j], q_prev[b, j
 dot / max(|q| * |q_prev|, 1e-6). FreeKV corrects head h when C < tau.
 
 Shapes: q, q_prev (b, Hq, d) float; group_size G divides Hq -> (b, Hq / G) float32.
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ the NHD cache: k_cache[slot_ids[i], :, head_ids[i], :] = staging[i, 0] and likew
 
 Shapes: staging (n, 2, p, d); head_ids, slot_ids (n,) int32; k_cache, v_cache (n_slots, p, Hkv, d), same
 dtype as staging. In place; returns None. Pairs (slot, head) must be distinct within one call.
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ second kernel merges the chunks' partial softmaxes.
 Shapes: q (b, Hq, d); k_cache, v_cache (n_slots, p, Hkv, d) "NHD"; page_table (b, Hkv, M) int32;
 n_pages (b, Hkv) int32 in [0, M]; last_page_tokens (b,) int32. Output (b, Hq, d) in q's dtype, and with
 return_lse=True also lse (b, Hq) float32. Entries of page_table past n_pages are never read.
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

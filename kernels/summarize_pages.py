@@ -6,6 +6,8 @@ its first n_valid_tokens tokens (all p tokens when n_valid_tokens is None). A pa
 
 Shapes: k_pages (n, p, Hkv, d) "NHD", float; n_valid_tokens None, an int in [1, p], or an (n,) int32
 tensor with values in [1, p] -> (kmin, kmax), each (n, Hkv, d) in k_pages' dtype.
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

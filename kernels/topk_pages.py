@@ -1,12 +1,14 @@
 """Top-k page selection per (batch, KV head), deterministic.
 
 `topk_pages(scores, k)`: scores (b, Hkv, P) float (-inf or NaN = not a candidate) -> (b, Hkv, k) int32
-page indices, highest score first, ties broken by the lower page index. Where fewer than k finite
-candidates exist, the tail is padded with -1.
+page indices, highest score first, ties broken by the lower page index. Where fewer than k candidate
+pages exist, the tail is padded with -1.
 
 The Triton kernel is one program per (batch, KV head) holding the whole score row in one block and
 extracting the maximum k times (O(k * P) work, fine for k of tens and P up to `MAX_TRITON_PAGES`). Rows
 longer than `MAX_TRITON_PAGES` fall back to the torch reference (same result, documented limit).
+GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
+compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -84,6 +84,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--decode-tokens", type=int, default=None, help="Decode tokens per sample [task default].")
 @click.option("--filler", type=click.Choice(["repeat", "natural"]), default=None,
               help="Passkey filler text [repeat].")
+@click.option("--template", type=click.Choice(["plain", "chat"]), default=None,
+              help="Passkey prompt: plain, or inside the model's chat template [plain].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
@@ -95,7 +97,8 @@ def command(
     model: str, task_name: str, context_tokens: int, budget_tokens: int | None, page_size: int | None,
     sink_tokens: int | None, window_tokens: int | None, tau: float | None, method: str,
     dense_layers: str, weights: Path | None, samples: int, decode_tokens: int | None, filler: str | None,
-    seed: int, device: str, dtype: str, measure_attention_mass: bool, overwrite: bool, out_dir: Path,
+    template: str | None, seed: int, device: str, dtype: str, measure_attention_mass: bool,
+    overwrite: bool, out_dir: Path,
 ) -> None:
     """Run the real model with a KV policy on a task: prints accuracy and a trace summary, writes
     OUT/trace (the per-step trace) and OUT/summary.json."""
@@ -113,7 +116,7 @@ def command(
     )
     task = TaskSpec(
         name=task_name, context_tokens=context_tokens, n_samples=samples, decode_tokens=decode_tokens,
-        params={"filler": filler} if filler is not None else {},
+        params={k: v for k, v in {"filler": filler, "template": template}.items() if v is not None},
     )
     outcome = run_trace(TraceRequest(
         model=model, weights=weights, task=task, runtime=runtime, out_dir=out_dir, seed=seed,

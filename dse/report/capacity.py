@@ -101,9 +101,8 @@ def _memory_figure(grid: CapacityGrid) -> FigureBlock:
         title=f"GPU memory needed vs batch on {grid.profile}",
         figure=fig,
         caption=f"Weights, KV state and working buffers of {grid.model} for "
-        f"{describe_config(grid.run.config)} "
-        f"(solid) and dense attention (dotted), at the context of the last decode step. Largest batch "
-        f"that fits — {fits}.",
+        f"{describe_config(grid.run.config)} (solid) and dense attention (dotted), at the context of the "
+        f"last decode step; the black line is the GPU's memory. Largest batch that fits — {fits}.",
         provenance=_provenance(grid, "memory fit"),
         height_px=480,
     )
@@ -156,9 +155,8 @@ def _batch_figure(grid: CapacityGrid) -> FigureBlock:
         title=f"Latency and throughput vs batch on {grid.profile}",
         figure=_two_panel(grid, "batch"),
         caption=f"{grid.model}, prompt {grid.input_tokens} tokens, {grid.output_tokens} decode steps "
-        "simulated per "
-        f"point; {describe_config(grid.run.config)} ({run_label(grid.run)}) vs dense attention. "
-        "Crosses: the batch does not fit GPU memory (simulated anyway, to show the trend).",
+        f"simulated per point; {describe_config(grid.run.config)} ({run_label(grid.run)}) vs dense "
+        "attention. Crosses: the batch does not fit GPU memory (simulated anyway, to show the trend).",
         provenance=_provenance(grid, "per-token latency and throughput"),
     )
 
@@ -217,8 +215,7 @@ def _recommendation_table(data: ReportData) -> Block:
         ),
         rows=tuple(rows),
         caption="The most accurate feasible trial whose simulated mean per-token latency meets the "
-        "SLO on that "
-        "profile (ties: the faster one), at the study's workload.",
+        "SLO on that profile (ties: the faster one), at the study's workload.",
         provenance=Provenance(
             measured=(f"{data.accuracy_metric} of {data.measured_model}",),
             simulated=(f"latency, throughput and memory of {data.model} on each profile",),

@@ -79,10 +79,6 @@ class ReportData:
         value = run.accuracy.get(self.accuracy_metric)
         return None if value is None else float(value)
 
-    def latency_s(self, run: Run, profile: str) -> float | None:
-        """Mean simulated per-token latency of `run` on `profile` for the study's target model."""
-        return run.latency_s(profile)
-
     def scored(self, profile: str) -> list[TrialResult]:
         """Trials with both a measured accuracy and a simulated latency on `profile`."""
         return [t for t in self.trials if t.latency_s(profile) is not None and self.accuracy(t) is not None]

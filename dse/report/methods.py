@@ -151,9 +151,8 @@ def _figure(
         title="Methods side by side",
         figure=fig,
         caption=f"{data.model}, batch {batch}, prompt {input_tokens} tokens, {steps} decode steps "
-        "simulated, the "
-        "same budget knobs and measured demand for every method. Hover for measured accuracy where "
-        "the study ran the method.",
+        "simulated, the same budget knobs and measured demand for every method (methods that need no "
+        "trace, such as dense, ignore it). Hover for measured accuracy where the study ran the method.",
         provenance=prov,
         height_px=500,
     )

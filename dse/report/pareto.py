@@ -16,6 +16,7 @@ from dse.report.page import Block, FigureBlock, NoteBlock, Section
 from dse.report.provenance import Provenance, transplant_sources
 from dse.report.simulate import sim_method
 from dse.report.summary import overall_correction_rate
+from dse.results import CONFIG_KEYS
 
 __all__ = ["pareto_front", "pareto_section"]
 
@@ -123,16 +124,11 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
 
 
 def _importance_blocks(data: ReportData) -> list[Block]:
-    import optuna
-
+    """Optuna parameter importances per objective. The knobs of `config` are the study's Optuna
+    parameters (dse/search_space.py), so the guard needs no Optuna; Optuna is opened only to compute."""
     res = data.results
-    study = optuna.load_study(study_name=res.study_name, storage=res.storage_url)
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    varied = sorted(
-        k
-        for k in {k for t in complete for k in t.params}
-        if len({repr(t.params.get(k)) for t in complete}) > 1
-    )
+    complete = [t for t in res.completed if t.values is not None]
+    varied = sorted(k for k in CONFIG_KEYS if len({repr(t.config.get(k)) for t in complete}) > 1)
     if len(complete) < _MIN_IMPORTANCE_TRIALS or not varied:
         return [
             NoteBlock(
@@ -142,13 +138,16 @@ def _importance_blocks(data: ReportData) -> list[Block]:
                 kind="warning",
             )
         ]
+    import optuna
+
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage_url)
     blocks: list[Block] = []
     # PED-ANOVA (no scikit-learn needed, deterministic); the top quantile holds at least ~5 trials.
     quantile = min(0.5, max(0.1, 5 / len(complete)))
     evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
     for i, (name, direction) in enumerate(zip(res.objective_names, res.directions, strict=True)):
         sign = -1.0 if direction == "maximize" else 1.0  # PED-ANOVA treats lower as better
-        values = {t.values[i] for t in complete}
+        values = {t.values[i] for t in complete if t.values is not None}
         if len(values) < 2:
             blocks.append(
                 NoteBlock(
@@ -236,9 +235,8 @@ def _tau_figure(data: ReportData) -> Block:
         title=f"tau vs correction rate vs latency on {profile}",
         figure=fig,
         caption="A head is corrected when the group-mean cosine similarity of adjacent queries falls "
-        "below tau: "
-        "a higher tau corrects more heads, which puts selection and recall on the critical path. "
-        "Colour: simulated per-token latency.",
+        "below tau: a higher tau corrects more heads, which puts selection and recall on the critical "
+        "path. Colour: simulated per-token latency.",
         provenance=Provenance(
             measured=(f"correction rate of {data.measured_model} (trace)",),
             simulated=(f"per-token latency on {profile}",),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dse.errors import DseError
 from dse.report.data import ReportData, Run
 from dse.report.summary import hit_rate, overall_correction_rate
 
@@ -111,11 +112,11 @@ def memory_of(cfg: Any, profile: Any) -> dict[str, Any]:
 
 
 def workload(data: ReportData) -> dict[str, Any]:
-    """The study's workload (input_tokens, output_tokens, batch_sizes, context_lengths), with defaults
-    taken from the simulated results when the study stored none."""
-    w = dict(data.results.config.get("workload") or {})
-    w.setdefault("input_tokens", 600)
-    w.setdefault("output_tokens", 256)
-    w.setdefault("batch_sizes", [1])
-    w.setdefault("context_lengths", [])
-    return w
+    """The study's workload (dse.study.Workload): input/output tokens, batch_sizes, context_lengths."""
+    w = data.results.config.get("workload")
+    if not isinstance(w, dict) or not {"input_tokens", "output_tokens", "batch_sizes"} <= set(w):
+        raise DseError(
+            f"study {data.name!r} stored no workload (input_tokens, output_tokens, batch_sizes) in its "
+            "study_config attribute; was it written by `dse sweep`? The report needs it to simulate."
+        )
+    return {"context_lengths": [], **w}

@@ -27,7 +27,8 @@ class TaskSpec:
     context_tokens: tokens in the KV cache at the last decode step of a sample, i.e. prompt tokens +
         decode tokens (so 8192 fits a model with 8192 positions).
     n_samples: samples (traced sequences).   decode_tokens: per sample, None for the task's default.
-    params: task-specific (passkey: `filler` "repeat" | "natural"; fidelity: none).
+    params: task-specific (passkey: `filler` "repeat" | "natural", `template` "plain" | "chat";
+        fidelity: none).
     """
 
     name: str = "passkey"

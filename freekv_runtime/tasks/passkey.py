@@ -1,8 +1,11 @@
 """Passkey retrieval: find a 5-digit key hidden at some depth of a long filler text.
 
-Prompt (inside the model's chat template when it has one):
+Prompt (params `template`: "plain", the classic passkey prompt, default; or "chat", inside the model's
+chat template when it has one, the assistant turn starting with "The pass key is"):
     intro, filler ... needle "The pass key is 71432. Remember it. 71432 is the pass key." ... filler,
-    question "What is the pass key?"; the assistant turn starts with "The pass key is".
+    "What is the pass key? The pass key is".
+On smollm2-135m (1K context, 3 depths) the plain prompt answered 3/3, the chat prompt 2/3: plain is
+the default.
 Filler: the repeated sentences of the classic passkey test ("repeat") or prose of the Python reference
 ("natural", see tasks/text.py). Sample i puts the needle at depth 5%..95% (evenly spread over the
 samples; 50% for one sample) and uses a key drawn from `numpy.random.default_rng(seed)`. The prompt is
@@ -21,7 +24,7 @@ from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
 from freekv_runtime.tasks.text import reference_prose, split_sentences
 
-__all__ = ["PasskeyTask", "PasskeyPrompt", "build_prompt", "FILLERS"]
+__all__ = ["PasskeyTask", "PasskeyPrompt", "build_prompt", "FILLERS", "TEMPLATES"]
 
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -34,6 +37,7 @@ NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = "What is the pass key?"
 ANSWER_PREFIX = "The pass key is"
 FILLERS = ("repeat", "natural")
+TEMPLATES = ("plain", "chat")
 _PLACEHOLDER = "\x00CONTENT\x00"
 
 
@@ -47,15 +51,16 @@ class PasskeyPrompt:
     depth: float
 
 
-def _template(tokenizer: Any) -> tuple[str, str]:
-    """Text before and after the user content in the chat template (plain text if there is none)."""
-    if getattr(tokenizer, "chat_template", None):
+def _template(tokenizer: Any, template: str) -> tuple[str, str]:
+    """Text before and after the user content: the chat template ("chat", if the tokenizer has one) or
+    the classic plain prompt ending "What is the pass key? The pass key is"."""
+    if template == "chat" and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": _PLACEHOLDER}], add_generation_prompt=True, tokenize=False
         )
         before, after = text.split(_PLACEHOLDER)
         return before, after + ANSWER_PREFIX
-    return "", "\n\n" + ANSWER_PREFIX
+    return "", " " + ANSWER_PREFIX
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -71,10 +76,11 @@ def _filler_sentences(filler: str, rng: np.random.Generator) -> list[str]:
 
 
 def build_prompt(
-    tokenizer: Any, prompt_tokens: int, depth: float, key: int, filler: str, rng: np.random.Generator
+    tokenizer: Any, prompt_tokens: int, depth: float, key: int, filler: str, rng: np.random.Generator,
+    template: str = "plain",
 ) -> PasskeyPrompt:
     """A passkey prompt of exactly `prompt_tokens` tokens with the needle at `depth` (0..1) of the filler."""
-    before, after = _template(tokenizer)
+    before, after = _template(tokenizer, template)
     head = _encode(tokenizer, before + INTRO + "\n\n")
     needle = _encode(tokenizer, " " + NEEDLE.format(key=key))
     tail = _encode(tokenizer, "\n\n" + QUESTION + after)
@@ -118,9 +124,16 @@ class PasskeyTask:
         filler = spec.params.get("filler", "repeat")
         if filler not in FILLERS:
             raise RuntimeInputError(f"passkey filler must be one of {', '.join(FILLERS)}, got {filler!r}")
-        unknown = set(spec.params) - {"filler"}
+        template = spec.params.get("template", "plain")
+        if template not in TEMPLATES:
+            raise RuntimeInputError(
+                f"passkey template must be one of {', '.join(TEMPLATES)}, got {template!r}"
+            )
+        unknown = set(spec.params) - {"filler", "template"}
         if unknown:
-            raise RuntimeInputError(f"unknown passkey params {sorted(unknown)}: valid is 'filler'")
+            raise RuntimeInputError(
+                f"unknown passkey params {sorted(unknown)}: valid are 'filler', 'template'"
+            )
         decode_tokens = spec.decode_tokens or self.default_decode_tokens
         if spec.context_tokens - decode_tokens < 64:
             raise RuntimeInputError(
@@ -132,6 +145,7 @@ class PasskeyTask:
         """The n_samples prompts of `spec` (deterministic in seed)."""
         self.check(spec)
         filler = spec.params.get("filler", "repeat")
+        template = spec.params.get("template", "plain")
         n = spec.n_samples
         depths = np.linspace(0.05, 0.95, n) if n > 1 else np.array([0.5])
         rng = np.random.default_rng(seed)
@@ -139,7 +153,7 @@ class PasskeyTask:
         decode_tokens = spec.decode_tokens or self.default_decode_tokens
         prompt_tokens = spec.context_tokens - decode_tokens
         return [
-            build_prompt(tokenizer, prompt_tokens, float(depth), int(key), filler, rng)
+            build_prompt(tokenizer, prompt_tokens, float(depth), int(key), filler, rng, template)
             for depth, key in zip(depths, keys, strict=True)
         ]
 

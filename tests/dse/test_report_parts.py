@@ -187,3 +187,89 @@ def test_study_location_errors_name_what_is_valid(tmp_path: Path) -> None:
         build_report(str(db), tmp_path / "r.html")
     with pytest.raises(DseError, match="no complete trial"):
         build_report(str(db), tmp_path / "r.html", study_name="a")
+
+
+def _simulated_trial(number: int, tau: float, correction: float, hit: float, acc: float) -> TrialResult:
+    """A trial whose simulated results are real simulator runs on synthetic demand at the given rates,
+    and whose trace directory is absent (so the report replays synthetic demand at those rates)."""
+    from sim import SimConfig, run_simulation, synthetic_demand
+
+    knobs = {"page_size": 32, "budget_tokens": 1024, "sink_tokens": 128, "window_tokens": 128}
+    demand = synthetic_demand(f"correction={correction},hit={hit}", model="llama-3.1-8b", seed=number)
+    sim = {
+        hw: run_simulation(
+            SimConfig(
+                model="llama-3.1-8b", hardware=hw, batch_size=1, input_tokens=8192, output_tokens=32, **knobs
+            ),
+            demand,
+            seed=0,
+        ).to_dict()
+        for hw in ("a100-40g-pcie4", "h100-pcie5")
+    }
+    n_layers = 32
+    summary = {
+        "correction_rate": correction,
+        "hit_rate": hit,
+        "correction_rate_per_layer": [None] + [correction] * (n_layers - 1),
+        "mean_similarity": [[None] * 8] + [[0.9 - 0.01 * h for h in range(8)]] * (n_layers - 1),
+    }
+    return TrialResult(
+        target_model="llama-3.1-8b",
+        sim=sim,
+        sim_models={},
+        sim_grid=[],
+        number=number,
+        state="COMPLETE",
+        config={"method": "freekv", "tau": tau, **knobs},
+        values=(acc, sim["a100-40g-pcie4"]["per_token_latency_s"]["mean"]),
+        accuracy={"passkey_accuracy": acc},
+        trace_dir="/nonexistent/trace",
+        trace_summary=summary,
+        feasible=True,
+    )
+
+
+def test_sections_from_simulated_results_replay_synthetic_demand_when_traces_are_absent() -> None:
+    from dse.report.build import report_sections
+
+    trials = [_simulated_trial(0, 0.8, 0.2, 0.85, 0.9), _simulated_trial(1, 0.9, 0.6, 0.8, 1.0)]
+    config = {
+        "objectives": [{"metric": "passkey_accuracy"}, {"latency": {"hardware": "a100-40g-pcie4"}}],
+        "hardware": ["a100-40g-pcie4", "h100-pcie5"],
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"input_tokens": 8192, "output_tokens": 32, "batch_sizes": [1, 4]},
+        "search": {"dense_layers": [0]},
+        "slo": {"per_token_latency_s": 1.0},
+    }
+    results = StudyResults(
+        study_name="s",
+        storage_url="sqlite://",
+        config=config,
+        study_file="",
+        objective_names=("passkey_accuracy", "latency"),
+        directions=("maximize", "minimize"),
+        target_model="llama-3.1-8b",
+        hardware=("a100-40g-pcie4", "h100-pcie5"),
+        trials=tuple(trials),
+        dense=None,
+        untuned_freekv=None,
+    )
+    data = make_report_data(results)
+    sections = report_sections(data)
+    assert [s.anchor for s in sections] == ["pareto", "why", "observation", "capacity"]
+    html = render_page("t", [], sections)
+    assert "synthetic demand: correction=0.6000,hit=0.8000" in html  # trial 1 is recommended (most accurate)
+    assert "Parameter importances need at least 4 complete trials" in html
+    titles = [b.title for s in sections for b in s.blocks if isinstance(b, FigureBlock)]
+    assert sum(t.startswith("Stream timeline") for t in titles) == 2
+    assert sum(t.startswith("GPU memory needed") for t in titles) == 2
+    assert "Methods side by side" in titles
+    # Retrieval keeps only the budget on the GPU: at 128K context far more sequences fit than with dense KV.
+    from dse.report.grid import capacity_grid
+
+    grid = capacity_grid(data, "a100-40g-pcie4")
+    assert grid is not None and grid.synthetic is not None and grid.transplanted_from is None
+    longest = grid.contexts[-1]
+    assert grid.max_batch[("freekv", longest)] > grid.max_batch[("dense", longest)] >= 0
+    fits = [r["memory"]["fits"] for _, r in grid.by_batch["dense"]]
+    assert fits == sorted(fits, reverse=True)  # once a batch does not fit, larger ones do not either

@@ -78,7 +78,10 @@ def test_sigkill_then_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
     assert len(complete) == 3
     for number, (values, when) in finished.items():  # kept as they were, not re-run
         assert (after[number].state.name, after[number].values, after[number].datetime_complete) == (
-            "COMPLETE", values, when)
+            "COMPLETE",
+            values,
+            when,
+        )
     keys = [t.user_attrs["config_key"] for t in complete]
     assert len(set(keys)) == 3, keys  # every configuration run exactly once
     for number in running:  # the killed trial: failed as interrupted, its configuration re-queued

@@ -111,6 +111,8 @@ def _cases() -> list[tuple[str, str, tuple[str, ...], Callable[[], object]]]:
                                       i32(0), i32(300), "max")),
         ("topk_pages P=1024 k=32", "kernels.topk_pages", ("_topk_pages_kernel",),
          lambda: k.topk_pages_triton(scores, 32)),
+        ("topk_pages P=MAX_TRITON_PAGES k=64", "kernels.topk_pages", ("_topk_pages_kernel",),
+         lambda: k.topk_pages_triton(torch.randn(1, 2, k.MAX_TRITON_PAGES, generator=gen), 64)),
         ("sparse_decode bf16 G=4 p=32", mod_attn, kernels_attn,
          lambda: k.sparse_decode_attention_triton(q, kc, vc, table, n_listed, i32(5, 32), num_splits=1)),
         ("sparse_decode bf16 G=4 p=32 split=8 lse", mod_attn, kernels_attn,

@@ -15,7 +15,7 @@ from kernels._common import FORCE_TRITON_ENV, use_triton
 @pytest.fixture
 def launches(triton_interpreter) -> Iterator[list[str]]:
     """Names of the Triton kernels launched during the test (via the interpreter's pre-run hooks)."""
-    from conftest import jit_objects
+    from triton_mode import jit_objects
 
     log: list[str] = []
     hooked = []

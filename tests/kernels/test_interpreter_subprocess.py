@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SUBPROCESS_NOTE, triton_language_interpreted
+from triton_mode import SUBPROCESS_NOTE, triton_language_interpreted
 
 ROOT = Path(__file__).resolve().parents[2]
 

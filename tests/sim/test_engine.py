@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,7 @@ def test_breakdown_sums_to_mean_step(demand) -> None:
     for method in ("freekv", "freekv-nosr", "dense", "full-offload"):
         res = run_simulation(_cfg(method=method), demand)
         d = res.to_dict()
+        json.dumps(d)  # JSON-able as is (sweeps store it in Optuna user_attrs)
         assert sum(d["breakdown_s"].values()) == pytest.approx(d["per_token_latency_s"]["mean"], rel=1e-9)
 
 
