@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
@@ -38,7 +36,10 @@ from dse.search_space import SearchSpace, TrialConfig
 from dse.study import Study
 from dse.sweep_storage import counts_toward_budget, open_storage, recover_interrupted
 
-__all__ = ["SweepSummary", "Sweep", "TrialFailed"]
+__all__ = ["SweepSummary", "Sweep", "TrialFailed", "MAX_SKIPPED_IN_ROW"]
+
+
+MAX_SKIPPED_IN_ROW = 500  # invalid combinations drawn in a row before the sweep gives up
 
 
 class TrialFailed(Exception):
@@ -82,6 +83,7 @@ class Sweep:
             self.budget = min(self.budget, n_valid)
         self.host = socket.gethostname()
         self.out_dir = study.output_dir
+        self.stalled = False
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = open_storage(self.storage_url, self._on_stale_trial)
         directions = [o.resolved_direction for o in study.objectives]
@@ -118,7 +120,10 @@ class Sweep:
     def _check_same_study(self, directions: list[str]) -> None:
         attrs = self.ostudy.user_attrs
         stored = attrs.get("fingerprint")
-        if stored is None:
+        nothing_measured = not self.ostudy.get_trials(deepcopy=False) and not (
+            {"dense", "untuned_freekv"} & set(attrs)
+        )
+        if stored is None or nothing_measured:
             self.ostudy.set_user_attr("fingerprint", self._fingerprint())
             self.ostudy.set_user_attr("study_file", self.study_text)
             self.ostudy.set_user_attr("study_config", self.study.model_dump(mode="json"))
@@ -264,12 +269,19 @@ class Sweep:
         """Run trials in this process until the budget is full (or another worker fills it)."""
         from optuna.trial import TrialState
 
+        skipped_in_row = 0
+
         def callback(ostudy: Any, trial: Any) -> None:
+            nonlocal skipped_in_row
             c = self.counts()
             if c["complete"] + c["failed"] >= self.budget or (
                 c["complete"] + c["failed"] + c["running"] >= self.budget and c["waiting"] == 0
             ):
                 ostudy.stop()
+            skipped_in_row = skipped_in_row + 1 if trial.state == TrialState.PRUNED else 0
+            if skipped_in_row >= MAX_SKIPPED_IN_ROW:
+                ostudy.stop()
+                self.stalled = True
             if on_trial_done is not None and trial.state != TrialState.PRUNED:
                 on_trial_done(trial, c)
 
@@ -277,6 +289,12 @@ class Sweep:
         if c["complete"] + c["failed"] + c["running"] >= self.budget and c["waiting"] == 0:
             return
         self.ostudy.optimize(self, n_trials=None, callbacks=[callback], catch=(TrialFailed,), n_jobs=1)
+        if self.stalled:
+            raise DseError(
+                f"the sampler drew {MAX_SKIPPED_IN_ROW} invalid knob combinations in a row: the search space "
+                "is almost all invalid under the budget convention (budget_tokens >= sink + window + "
+                "page_size). Narrow search.sink_tokens / window_tokens or widen search.budget_tokens."
+            )
 
     def summary(self, wall_s: float) -> SweepSummary:
         c = self.counts()
@@ -286,12 +304,3 @@ class Sweep:
             interrupted=c["interrupted"], wall_s=wall_s,
         )
 
-
-def now_s() -> float:
-    return time.perf_counter()
-
-
-def ensure_parent(url: str) -> None:
-    """Create the directory of a SQLite file URL."""
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,16 @@ import os
 
 import pytest
 
+# Triton chooses interpreter or compiler when it is first imported; on a machine without CUDA, make
+# every test process use the interpreter (the CPU dispatch path never runs Triton unless forced).
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")

@@ -115,6 +115,7 @@ def command(study_file: str, sets: tuple[str, ...], storage: str | None, jobs: i
     """Run or resume the study in STUDY_FILE (see docs/studies.md)."""
     from dse.driver import Sweep
     from dse.study import load_study_file
+    from freekv_runtime.errors import RuntimeInputError
 
     t0 = time.perf_counter()
     study, text = load_study_file(study_file, sets)
@@ -133,6 +134,13 @@ def command(study_file: str, sets: tuple[str, ...], storage: str | None, jobs: i
     except KeyboardInterrupt:
         echo("interrupted: run the same command again to resume (finished trials are kept)")
         raise
+    except RuntimeInputError as exc:
+        if "weights" not in str(exc):
+            raise
+        raise DseError(
+            f"{exc} In a study file the weights are `model.weights` (e.g. --set model.weights=PATH); "
+            "see docs/studies.md."
+        ) from None
     s = sweep.summary(time.perf_counter() - t0)
     if worker:
         return
