@@ -19,6 +19,7 @@ from dse.report.data import ReportData, make_report_data
 from dse.report.observation import observation_section
 from dse.report.page import Section, count_figures, render_page
 from dse.report.pareto import pareto_section
+from dse.report.simulate import plan_replays
 from dse.report.source import study_location
 from dse.report.why import why_section
 from dse.results import load_results
@@ -38,11 +39,12 @@ class ReportSummary:
 
 def report_sections(data: ReportData, seed: int = 0) -> list[Section]:
     """Every section, in reading order. seed: for the simulator runs of the capacity section."""
+    replays = plan_replays(data, seed)
     return [
         pareto_section(data),
-        why_section(data, seed),
+        why_section(data, replays, seed),
         observation_section(data),
-        capacity_section(data, seed),
+        capacity_section(data, replays, seed),
     ]
 
 

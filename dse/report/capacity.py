@@ -19,6 +19,7 @@ from dse.report.methods import methods_blocks
 from dse.report.page import Block, FigureBlock, NoteBlock, Section, TableBlock
 from dse.report.provenance import Provenance, transplant_sources
 from dse.report.recommend import recommend
+from dse.report.simulate import Replays
 
 __all__ = ["capacity_section"]
 
@@ -26,11 +27,11 @@ _GIB = 2**30
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def capacity_section(data: ReportData, seed: int = 0) -> Section:
+def capacity_section(data: ReportData, replays: Replays, seed: int = 0) -> Section:
     blocks: list[Block] = [_recommendation_table(data)]
     for profile in data.profiles:
-        grid = capacity_grid(data, profile, seed)
-        if grid is None:
+        replay = replays.get(profile)
+        if replay is None:
             blocks.append(
                 NoteBlock(
                     f"No trial on {profile} has a trace or measured rates to replay, so no "
@@ -39,8 +40,9 @@ def capacity_section(data: ReportData, seed: int = 0) -> Section:
                 )
             )
             continue
+        grid = capacity_grid(data, profile, *replay, seed)
         blocks.extend([_memory_figure(grid), _batch_figure(grid), _context_figure(grid)])
-    blocks.extend(methods_blocks(data, seed))
+    blocks.extend(methods_blocks(data, replays, seed))
     return Section(
         anchor="capacity",
         title="Capacity planning",
@@ -215,7 +217,9 @@ def _recommendation_table(data: ReportData) -> Block:
         ),
         rows=tuple(rows),
         caption="The most accurate feasible trial whose simulated mean per-token latency meets the "
-        "SLO on that profile (ties: the faster one), at the study's workload.",
+        "SLO on that profile (ties: the faster one), at the study's workload; the study's SLO is applied "
+        "to every profile. The curves below replay the recommended trial; where none meets the SLO, the "
+        "untuned FreeKV baseline (else the most accurate trial), named in each caption.",
         provenance=Provenance(
             measured=(f"{data.accuracy_metric} of {data.measured_model}",),
             simulated=(f"latency, throughput and memory of {data.model} on each profile",),

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dse.report.data import ReportData, Run
-from dse.report.recommend import recommend
-from dse.report.simulate import memory_of, replay_demand, sim_config, sim_method, simulate, workload
+from dse.report.simulate import ReplayDemand, memory_of, sim_config, sim_method, simulate, workload
 
-__all__ = ["CapacityGrid", "capacity_grid", "grid_run", "GRID_STEPS"]
+__all__ = ["CapacityGrid", "capacity_grid", "GRID_STEPS"]
 
 GRID_STEPS = 16
 _BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -48,26 +47,13 @@ class CapacityGrid:
     synthetic: str | None
 
 
-def grid_run(data: ReportData, profile: str) -> Run | None:
-    """The configuration the capacity curves of `profile` are drawn for."""
-    rec = recommend(data, profile).run
-    if rec is not None:
-        return rec
-    if data.untuned is not None and profile in data.untuned.sim:
-        return data.untuned
-    scored = data.scored(profile)
-    return max(scored, key=lambda t: (data.accuracy(t), -t.latency_s(profile)), default=None)
-
-
-def capacity_grid(data: ReportData, profile: str, seed: int = 0) -> CapacityGrid | None:
-    """Simulate the grid of `profile`; None when no run has demand to replay."""
+def capacity_grid(
+    data: ReportData, profile: str, run: Run, demand: ReplayDemand, seed: int = 0
+) -> CapacityGrid:
+    """Simulate the grid of `profile` for `run` replaying `demand` (see simulate.plan_replays)."""
     from sim import load_profile
     from traces.models import get_model
 
-    run = grid_run(data, profile)
-    demand = replay_demand(data, run, seed) if run is not None else None
-    if run is None or demand is None:
-        return None
     w = workload(data)
     max_pos = get_model(data.model).max_position_tokens
     steps = min(GRID_STEPS, int(w["output_tokens"]))

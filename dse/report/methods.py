@@ -14,10 +14,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dse.report.data import ReportData, describe_config, run_label
-from dse.report.grid import GRID_STEPS, grid_run
+from dse.report.grid import GRID_STEPS
 from dse.report.page import Block, FigureBlock, NoteBlock, TableBlock
 from dse.report.provenance import Provenance
-from dse.report.simulate import replay_demand, sim_config, sim_method, simulate, workload
+from dse.report.simulate import Replays, sim_config, sim_method, simulate, workload
 
 __all__ = ["methods_blocks", "measured_accuracy_by_method"]
 
@@ -35,7 +35,7 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
     return best
 
 
-def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
+def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     from sim import load_profile
     from sim.errors import SimInputError
     from sim.methods import available_methods, missing_methods
@@ -47,10 +47,10 @@ def methods_blocks(data: ReportData, seed: int = 0) -> list[Block]:
     failed: dict[str, str] = {}
     provenance: dict[str, set[str]] = {"transplanted": set(), "synthetic": set(), "runs": set()}
     for profile in data.profiles:
-        run = grid_run(data, profile)
-        demand = replay_demand(data, run, seed) if run is not None else None
-        if run is None or demand is None:
+        replay = replays.get(profile)
+        if replay is None:
             continue
+        run, demand = replay
         provenance["runs"].add(f"{run_label(run)} ({describe_config(run.config)})")
         if demand.transplanted_from:
             provenance["transplanted"].add(demand.transplanted_from)

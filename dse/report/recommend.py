@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dse.report.data import ReportData
+from dse.report.data import ReportData, Run
 from dse.results import TrialResult
 
-__all__ = ["Recommendation", "recommend"]
+__all__ = ["Recommendation", "recommend", "capacity_run"]
 
 
 @dataclass(frozen=True)
@@ -37,3 +37,15 @@ def recommend(data: ReportData, profile: str) -> Recommendation:
     return Recommendation(
         profile=profile, run=best, slo_s=data.slo_s, n_meeting_slo=len(meeting), n_candidates=len(candidates)
     )
+
+
+def capacity_run(data: ReportData, profile: str) -> Run | None:
+    """The configuration the capacity curves, timelines and method comparison of `profile` replay: the
+    recommendation, else the untuned-FreeKV baseline, else the most accurate (then fastest) trial."""
+    rec = recommend(data, profile).run
+    if rec is not None:
+        return rec
+    if data.untuned is not None and profile in data.untuned.sim:
+        return data.untuned
+    scored = data.scored(profile)
+    return max(scored, key=lambda t: (data.accuracy(t), -t.latency_s(profile)), default=None)

@@ -20,6 +20,8 @@ from dse.report.summary import hit_rate, overall_correction_rate
 __all__ = [
     "ReplayDemand",
     "replay_demand",
+    "Replays",
+    "plan_replays",
     "sim_config",
     "sim_method",
     "simulate",
@@ -60,6 +62,31 @@ def replay_demand(data: ReportData, run: Run, seed: int = 0) -> ReplayDemand | N
     spec = f"correction={correction:.4f},hit={hit:.4f}"
     demand = synthetic_demand(spec, model=data.model, seed=seed)
     return ReplayDemand(demand, None, f"{spec} (measured rates of the trace of {run.trace_dir})")
+
+
+Replays = dict[str, tuple[Run, ReplayDemand] | None]  # profile -> (run replayed, its demand)
+
+
+def plan_replays(data: ReportData, seed: int = 0) -> Replays:
+    """For each profile, its capacity run (dse.report.recommend.capacity_run) and that run's demand;
+    each distinct run's demand is built once (reading a trace or drawing synthetic demand is the
+    costly part). None where no run has demand to replay."""
+    from dse.report.data import run_label
+    from dse.report.recommend import capacity_run
+
+    built: dict[str, ReplayDemand | None] = {}
+    out: Replays = {}
+    for profile in data.profiles:
+        run = capacity_run(data, profile)
+        if run is None:
+            out[profile] = None
+            continue
+        key = run_label(run)
+        if key not in built:
+            built[key] = replay_demand(data, run, seed)
+        demand = built[key]
+        out[profile] = None if demand is None else (run, demand)
+    return out
 
 
 def sim_config(

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from dse.report.data import ReportData, describe_config, run_label
-from dse.report.grid import grid_run
 from dse.report.page import Block, FigureBlock, NoteBlock
 from dse.report.provenance import Provenance
-from dse.report.simulate import replay_demand, sim_config, simulate, workload
+from dse.report.simulate import Replays, sim_config, simulate, workload
 from dse.report.steps import choose_steps
 
 __all__ = ["timeline_blocks", "TIMELINE_STEPS"]
@@ -22,15 +21,14 @@ __all__ = ["timeline_blocks", "TIMELINE_STEPS"]
 TIMELINE_STEPS = 64
 
 
-def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
+def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     from sim import load_profile
     from sim.engine import prepare
     from sim.timeline import timeline_figure
 
     profile = data.profiles[0]
-    run = grid_run(data, profile)
-    demand = replay_demand(data, run, seed) if run is not None else None
-    if run is None or demand is None:
+    replay = replays.get(profile)
+    if replay is None:
         return [
             NoteBlock(
                 f"No run on {profile} has a trace or measured rates to replay, so no stream timeline "
@@ -38,6 +36,7 @@ def timeline_blocks(data: ReportData, seed: int = 0) -> list[Block]:
                 kind="warning",
             )
         ]
+    run, demand = replay
     w = workload(data)
     cfg = sim_config(
         data,

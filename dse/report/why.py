@@ -9,14 +9,15 @@ from __future__ import annotations
 from dse.report.breakdown import breakdown_figure
 from dse.report.data import ReportData
 from dse.report.page import Block, Section
+from dse.report.simulate import Replays
 from dse.report.timeline import timeline_blocks
 
 __all__ = ["why_section"]
 
 
-def why_section(data: ReportData, seed: int = 0) -> Section:
+def why_section(data: ReportData, replays: Replays, seed: int = 0) -> Section:
     blocks: list[Block] = [breakdown_figure(data, p) for p in data.profiles]
-    blocks.extend(timeline_blocks(data, seed))
+    blocks.extend(timeline_blocks(data, replays, seed))
     return Section(
         anchor="why",
         title="Why a configuration is fast or slow",

@@ -81,9 +81,9 @@ def build_prompt(
 ) -> PasskeyPrompt:
     """A passkey prompt of exactly `prompt_tokens` tokens with the needle at `depth` (0..1) of the filler."""
     before, after = _template(tokenizer, template)
-    head = _encode(tokenizer, before + INTRO + "\n\n")
-    needle = _encode(tokenizer, " " + NEEDLE.format(key=key))
-    tail = _encode(tokenizer, "\n\n" + QUESTION + after)
+    head = _encode(tokenizer, before + INTRO + "\n")
+    needle = _encode(tokenizer, "\n" + NEEDLE.format(key=key) + "\n")  # on its own line
+    tail = _encode(tokenizer, "\n" + QUESTION + after)
     n_filler = prompt_tokens - len(head) - len(needle) - len(tail)
     if n_filler < 16:
         raise RuntimeInputError(

@@ -1,12 +1,17 @@
-"""The report opened in headless Chromium: every figure rendered, no JavaScript error, a screenshot.
+"""The whole report, built and opened in headless Chromium: every figure rendered, no JavaScript error.
 
-Chromium is Debian's (`scripts/chromium.sh` installs it). The test injects a probe script as the first
-element of <head> (it records `error` events, unhandled promise rejections and console.error), lets the
-page load with every host name unresolvable (so the file must work offline), and reads the probe's JSON
-verdict from `--dump-dom`. A second run saves a full-page screenshot for a human to look at: under the
-pytest tmp dir and as reports/test-screenshot.png (gitignored); the test prints both paths.
+Chromium is Debian's (`scripts/chromium.sh` installs it). The probe script is injected as the first
+element of <head> (it records `error` events, unhandled promise rejections and console.error); the page
+loads with every host name unresolvable (so the file must work offline) and the probe's JSON verdict is
+read from `--dump-dom`. A second run saves a full-page screenshot for a human to look at: under the
+pytest tmp dir and under reports/ (gitignored); the paths are printed (run with -s to see them).
 
-Without chromium the test skips, unless CI=true, where it fails.
+- Default run: every section of the report, drawn from a results table whose simulated results are
+  real simulator runs on synthetic demand (no runtime needed), checked for content and rendered.
+- Slow: `dse sweep` on a tiny real study (SmolLM2-135M, minutes on a CPU), then `build_report` on it,
+  rendered; screenshot reports/test-screenshot.png.
+
+Without chromium the rendering tests skip, unless CI=true, where they fail.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from pathlib import Path
 import pytest
 
 from dse.cli import main as dse_main
-from dse.report.page import FigureBlock, Section, TableBlock, render_page
-from dse.report.provenance import Provenance
+from dse.report.build import report_sections
+from dse.report.data import ReportData, make_report_data
+from dse.report.page import FigureBlock, count_figures, render_page
+from dse.results import StudyResults, TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
 _STATUS_ID = "__report_render_status"
@@ -152,61 +159,112 @@ def _check_render(html_path: Path, n_figures: int, work_dir: Path, name: str) ->
     return png
 
 
-def _simulated_page(path: Path) -> int:
-    """A page of the report's figure kinds (scatter, stacked bars, heatmap, subplots, stream timeline),
-    all drawn from one real simulator run on synthetic demand. Returns the number of figures."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
+def _simulated_trial(number: int, tau: float, correction: float, hit: float, acc: float) -> TrialResult:
+    """A trial whose simulated results are real simulator runs on synthetic demand at the given rates,
+    and whose trace directory is absent (so the report replays synthetic demand at those rates)."""
     from sim import SimConfig, run_simulation, synthetic_demand
-    from sim.timeline import timeline_figure
 
-    spec = "correction=0.3,hit=0.8"
-    demand = synthetic_demand(spec, model="llama-3.1-8b", seed=0)
-    cfg = SimConfig(
-        model="llama-3.1-8b",
-        hardware="a100-40g-pcie4",
-        batch_size=2,
-        input_tokens=8192,
-        output_tokens=16,
-        page_size=32,
-        budget_tokens=1024,
-        sink_tokens=128,
-        window_tokens=128,
+    knobs = {"page_size": 32, "budget_tokens": 1024, "sink_tokens": 128, "window_tokens": 128}
+    demand = synthetic_demand(f"correction={correction},hit={hit}", model="llama-3.1-8b", seed=number)
+    sim = {
+        hw: run_simulation(
+            SimConfig(
+                model="llama-3.1-8b", hardware=hw, batch_size=1, input_tokens=8192, output_tokens=32, **knobs
+            ),
+            demand,
+            seed=0,
+        ).to_dict()
+        for hw in ("a100-40g-pcie4", "h100-pcie5")
+    }
+    n_layers = 32
+    summary = {
+        "correction_rate": correction,
+        "hit_rate": hit,
+        "correction_rate_per_layer": [None] + [correction] * (n_layers - 1),
+        "mean_similarity": [[None] * 8] + [[0.9 - 0.01 * h for h in range(8)]] * (n_layers - 1),
+    }
+    return TrialResult(
+        target_model="llama-3.1-8b",
+        sim=sim,
+        sim_models={},
+        sim_grid=[],
+        number=number,
+        state="COMPLETE",
+        config={"method": "freekv", "tau": tau, **knobs},
+        values=(acc, sim["a100-40g-pcie4"]["per_token_latency_s"]["mean"]),
+        accuracy={"passkey_accuracy": acc},
+        trace_dir="/nonexistent/trace",
+        trace_summary=summary,
+        feasible=True,
     )
-    res = run_simulation(cfg, demand, seed=0, timeline_steps=(3,))
-    out = res.to_dict()
-    prov = Provenance(simulated=("llama-3.1-8b on a100-40g-pcie4",), synthetic=(spec,))
-    lat = go.Figure(go.Scatter(y=res.step_latency_s * 1e3, mode="lines+markers"))
-    bars = go.Figure(
-        [go.Bar(y=["freekv"], x=[v * 1e3], name=op, orientation="h") for op, v in out["breakdown_s"].items()]
-    )
-    bars.update_layout(barmode="stack")
-    heat = go.Figure(go.Heatmap(z=demand.corrected[0].mean(axis=0).tolist(), colorscale="RdYlGn"))
-    two = make_subplots(rows=1, cols=2)
-    two.add_trace(go.Bar(x=["h2d", "d2h"], y=list(out["link_utilisation"].values())), row=1, col=1)
-    two.add_trace(go.Scatter(x=[1, 2], y=[out["prefill_s"], out["decode_s"]]), row=1, col=2)
-    timeline = timeline_figure(res.timeline(3), title="")
-    blocks = [
-        FigureBlock(f"figure {i}", fig, "caption", prov)
-        for i, fig in enumerate((lat, bars, heat, two, timeline))
-    ]
-    table = TableBlock(
-        "memory", ("gpu bytes", "fits"), ((str(out["memory"]["gpu_bytes"]), "yes"),), "c", prov
-    )
-    page = render_page(
-        "simulated figures",
-        [("profile", "a100-40g-pcie4")],
-        [Section("a", "A", "q?", (*blocks[:3], table)), Section("b", "B", "q?", tuple(blocks[3:]))],
-    )
-    path.write_text(page, encoding="utf-8")
-    return len(blocks)
 
 
-def test_page_of_simulated_figures_renders_offline_in_chromium(chromium: str, tmp_path: Path) -> None:
-    page = tmp_path / "page.html"
-    n_figures = _simulated_page(page)
-    _check_render(page, n_figures, tmp_path, "test-page-screenshot")
+@pytest.fixture(scope="module")
+def simulated_data() -> ReportData:
+    """A study's results table whose simulated results are real simulator runs (synthetic demand at
+    the given rates, no trace directory on disk); accuracies are inputs of the test."""
+    trials = [_simulated_trial(0, 0.8, 0.2, 0.85, 0.9), _simulated_trial(1, 0.9, 0.6, 0.8, 1.0)]
+    config = {
+        "objectives": [{"metric": "passkey_accuracy"}, {"latency": {"hardware": "a100-40g-pcie4"}}],
+        "hardware": ["a100-40g-pcie4", "h100-pcie5"],
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"input_tokens": 8192, "output_tokens": 32, "batch_sizes": [1, 4]},
+        "search": {"dense_layers": [0]},
+        "slo": {"per_token_latency_s": 1.0},
+    }
+    results = StudyResults(
+        study_name="s",
+        storage_url="sqlite://",
+        config=config,
+        study_file="",
+        objective_names=("passkey_accuracy", "latency"),
+        directions=("maximize", "minimize"),
+        target_model="llama-3.1-8b",
+        hardware=("a100-40g-pcie4", "h100-pcie5"),
+        trials=tuple(trials),
+        dense=None,
+        untuned_freekv=None,
+    )
+    return make_report_data(results)
+
+
+def test_sections_replay_synthetic_demand_at_measured_rates_when_traces_are_absent(
+    simulated_data: ReportData,
+) -> None:
+    data = simulated_data
+    sections = report_sections(data)
+    assert [s.anchor for s in sections] == ["pareto", "why", "observation", "capacity"]
+    html = render_page("t", [], sections)
+    assert "synthetic demand: correction=0.6000,hit=0.8000" in html  # trial 1 is recommended (most accurate)
+    assert "Parameter importances need at least 4 complete trials" in html
+    titles = [b.title for s in sections for b in s.blocks if isinstance(b, FigureBlock)]
+    assert sum(t.startswith("Stream timeline") for t in titles) == 2
+    assert sum(t.startswith("GPU memory needed") for t in titles) == 2
+    assert "Methods side by side" in titles
+    # Retrieval keeps only the budget on the GPU: at 128K context far more sequences fit than with dense KV.
+    from dse.report.grid import capacity_grid
+    from dse.report.simulate import plan_replays
+
+    replays = plan_replays(data)
+    replay = replays["a100-40g-pcie4"]
+    assert (
+        replay is not None and replay[0].number == 1 and replays["h100-pcie5"][1] is replay[1]
+    )  # built once
+    grid = capacity_grid(data, "a100-40g-pcie4", *replay)
+    assert grid.synthetic is not None and grid.transplanted_from is None
+    longest = grid.contexts[-1]
+    assert grid.max_batch[("freekv", longest)] > grid.max_batch[("dense", longest)] >= 0
+    fits = [r["memory"]["fits"] for _, r in grid.by_batch["dense"]]
+    assert fits == sorted(fits, reverse=True)  # once a batch does not fit, larger ones do not either
+
+
+def test_report_sections_render_offline_in_chromium(
+    chromium: str, simulated_data: ReportData, tmp_path: Path
+) -> None:
+    sections = report_sections(simulated_data)
+    page = tmp_path / "sections.html"
+    page.write_text(render_page("simulated sections", [("study", "s")], sections), encoding="utf-8")
+    _check_render(page, count_figures(sections), tmp_path, "test-sections-screenshot")
 
 
 _TEST_STUDY = """
