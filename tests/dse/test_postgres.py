@@ -76,8 +76,18 @@ def test_two_workers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     workers = []
     for i in range(2):
-        cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--storage", postgres_url,
-               "--set", f"out_dir={tmp_path / f'machine-{i}'}", "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dse.cli",
+            "sweep",
+            str(path),
+            "--storage",
+            postgres_url,
+            "--set",
+            f"out_dir={tmp_path / f'machine-{i}'}",
+            "--no-progress",
+        ]
         log = open(tmp_path / f"worker-{i}.log", "w")  # noqa: SIM115
         workers.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     for proc, log in workers:

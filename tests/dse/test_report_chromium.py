@@ -29,7 +29,7 @@ import pytest
 from dse.cli import main as dse_main
 from dse.report.build import report_sections
 from dse.report.data import ReportData, make_report_data
-from dse.report.page import FigureBlock, count_figures, render_page
+from dse.report.page import FigureBlock, Section, count_figures, render_page
 from dse.results import StudyResults, TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,11 +228,15 @@ def simulated_data() -> ReportData:
     return make_report_data(results)
 
 
+@pytest.fixture(scope="module")
+def simulated_sections(simulated_data: ReportData) -> list[Section]:
+    return report_sections(simulated_data)
+
+
 def test_sections_replay_synthetic_demand_at_measured_rates_when_traces_are_absent(
-    simulated_data: ReportData,
+    simulated_data: ReportData, simulated_sections: list[Section]
 ) -> None:
-    data = simulated_data
-    sections = report_sections(data)
+    data, sections = simulated_data, simulated_sections
     assert [s.anchor for s in sections] == ["pareto", "why", "observation", "capacity"]
     html = render_page("t", [], sections)
     assert "synthetic demand: correction=0.6000,hit=0.8000" in html  # trial 1 is recommended (most accurate)
@@ -259,9 +263,9 @@ def test_sections_replay_synthetic_demand_at_measured_rates_when_traces_are_abse
 
 
 def test_report_sections_render_offline_in_chromium(
-    chromium: str, simulated_data: ReportData, tmp_path: Path
+    chromium: str, simulated_sections: list[Section], tmp_path: Path
 ) -> None:
-    sections = report_sections(simulated_data)
+    sections = simulated_sections
     page = tmp_path / "sections.html"
     page.write_text(render_page("simulated sections", [("study", "s")], sections), encoding="utf-8")
     _check_render(page, count_figures(sections), tmp_path, "test-sections-screenshot")
