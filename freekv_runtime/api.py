@@ -40,7 +40,10 @@ from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter, open_trace
 from traces.models import get_model
 
-__all__ = ["TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "PolicyRunner", "resolve_device",
+    "resolve_dtype", "device_string", "library_versions", "runtime_dict",
+]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -132,7 +135,8 @@ class PolicyRunner:
         return teacher_forced(ctx, self._ids(prompt_ids), self._ids(forced_ids))[0].cpu()  # (N, V)
 
 
-def _library_versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """Versions recorded in RunMetadata.library_versions."""
     versions = {"python": platform.python_version()}
     for name in ("torch", "transformers", "triton", "numpy"):
         try:
@@ -142,14 +146,16 @@ def _library_versions() -> dict[str, str]:
     return versions
 
 
-def _device_string(device: torch.device) -> str:
+def device_string(device: torch.device) -> str:
+    """RunMetadata.device: "cuda:0 (NVIDIA ...)" or "cpu (x86_64, 2 threads)"."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def _runtime_dict(runtime: RuntimeConfig, n_layers: int, dtype: str) -> dict[str, Any]:
+def runtime_dict(runtime: RuntimeConfig, n_layers: int, dtype: str) -> dict[str, Any]:
+    """RunMetadata.runtime: the config plus dtype and batch size; `full` lists every layer as dense."""
     out = runtime.to_dict()
     if runtime.method == "full":
         out["dense_layers"] = list(range(n_layers))  # every layer attends the whole context
@@ -178,11 +184,11 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
     task_dict["decode_tokens"] = req.task.decode_tokens or task.default_decode_tokens
     meta = RunMetadata(
         model=spec,
-        runtime=_runtime_dict(runtime, spec.n_layers, req.dtype),
+        runtime=runtime_dict(runtime, spec.n_layers, req.dtype),
         task=task_dict,
         seeds={"task": req.seed, "sampling": req.seed},
-        device=_device_string(device),
-        library_versions=_library_versions(),
+        device=device_string(device),
+        library_versions=library_versions(),
         timing_clock=timer.clock,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         extra={"weights": loaded.source},

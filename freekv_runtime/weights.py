@@ -93,7 +93,8 @@ def load_model(
     """
     spec = get_model(name)
     device = torch.device(device)
-    key = (name, str(Path(weights).resolve()) if weights is not None else "", str(device), dtype)
+    origin = str(Path(weights).resolve()) if weights is not None else f"default:{cache_root()}"
+    key = (name, origin, str(device), dtype)
     if key in _LOADED:
         return _LOADED[key]
     hf_dir, source = _resolve_hf_dir(spec, Path(weights).expanduser() if weights is not None else None)

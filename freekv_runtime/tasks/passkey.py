@@ -1,11 +1,12 @@
 """Passkey retrieval: find a 5-digit key hidden at some depth of a long filler text.
 
-Prompt (params `template`: "plain", the classic passkey prompt, default; or "chat", inside the model's
-chat template when it has one, the assistant turn starting with "The pass key is"):
-    intro, filler ... needle "The pass key is 71432. Remember it. 71432 is the pass key." ... filler,
-    "What is the pass key? The pass key is".
-On smollm2-135m (1K context, 3 depths) the plain prompt answered 3/3, the chat prompt 2/3: plain is
-the default.
+Prompt, line by line as in the classic passkey test (params `template`: "plain", default; or "chat",
+inside the model's chat template when it has one, the assistant turn starting "The pass key is"):
+    intro / filler ... / needle "The pass key is 71432. Remember it. 71432 is the pass key." /
+    filler ... / "What is the pass key? The pass key is"
+Measured on smollm2-135m with full KV (greedy): this plain layout answers 10/10 depths at 2K; with the
+needle inside a filler line instead of on its own line it answered 0/2 at 2K, and the chat layout
+2/3 at 1K, so plain is the default.
 Filler: the repeated sentences of the classic passkey test ("repeat") or prose of the Python reference
 ("natural", see tasks/text.py). Sample i puts the needle at depth 5%..95% (evenly spread over the
 samples; 50% for one sample) and uses a key drawn from `numpy.random.default_rng(seed)`. The prompt is
