@@ -34,7 +34,7 @@ from dse.errors import DseError
 from dse.objective import Evaluation, constraint_values, evaluate, objective_values
 from dse.search_space import SearchSpace, TrialConfig
 from dse.study import Study
-from dse.sweep_storage import counts_toward_budget, open_storage, recover_interrupted
+from dse.sweep_storage import counts_toward_budget, open_storage, recover_interrupted, requeue
 
 __all__ = ["SweepSummary", "Sweep", "TrialFailed", "MAX_SKIPPED_IN_ROW"]
 
@@ -84,7 +84,8 @@ class Sweep:
         self.host = socket.gethostname()
         self.out_dir = study.output_dir
         self.stalled = False
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # trial failures and interruptions are recorded in the storage and shown by `dse sweep` itself
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         storage = open_storage(self.storage_url, self._on_stale_trial)
         directions = [o.resolved_direction for o in study.objectives]
         self.ostudy = optuna.create_study(
@@ -142,9 +143,9 @@ class Sweep:
     def _on_stale_trial(self, ostudy: Any, trial: Any) -> None:
         """Heartbeat callback: a worker on some machine stopped beating; re-queue its configuration."""
         requeued = set(ostudy.user_attrs.get("requeued", []))
-        if trial.number in requeued or "error" in trial.user_attrs or not trial.params:
+        if trial.number in requeued or "error" in trial.user_attrs:
             return
-        ostudy.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+        requeue(ostudy, trial)
         ostudy.set_user_attr("requeued", sorted(requeued | {trial.number}))
 
     # -- state ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from dse.errors import DseError
 
-__all__ = ["open_storage", "counts_toward_budget", "recover_interrupted", "pid_alive",
+__all__ = ["open_storage", "counts_toward_budget", "recover_interrupted", "requeue", "pid_alive",
            "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S"]
 
 HEARTBEAT_INTERVAL_S = 10
@@ -113,6 +113,24 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def requeue(ostudy: Any, trial: Any) -> None:
+    """Add a WAITING trial with the parameters of the interrupted `trial` (as enqueue_trial does), keeping
+    the grid cell of a GridSampler trial so that the sampler's bookkeeping stays whole."""
+    import optuna
+
+    params = trial.params or trial.system_attrs.get("fixed_params")  # killed after or before sampling
+    if not params:
+        return  # nothing was sampled: the sampler draws afresh
+    system_attrs: dict[str, Any] = {"fixed_params": dict(params)}
+    for key in ("grid_id", "search_space"):
+        if key in trial.system_attrs:
+            system_attrs[key] = trial.system_attrs[key]
+    ostudy.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.WAITING, system_attrs=system_attrs,
+        user_attrs={"requeued_from": trial.number},
+    ))
+
+
 def recover_interrupted(ostudy: Any, host: str) -> int:
     """Mark RUNNING trials of dead workers on `host` FAIL (attribute `interrupted`), then re-queue the
     parameters of every interrupted trial not re-queued yet. Returns how many were re-queued."""
@@ -135,9 +153,7 @@ def recover_interrupted(ostudy: Any, host: str) -> int:
     for t in ostudy.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         if "error" in t.user_attrs or t.number in requeued:
             continue
-        params = t.params or t.system_attrs.get("fixed_params")  # killed before or after sampling
-        if params:
-            ostudy.enqueue_trial(params, user_attrs={"requeued_from": t.number})
+        requeue(ostudy, t)
         new.append(t.number)
     if new:
         ostudy.set_user_attr("requeued", sorted(requeued | set(new)))

@@ -111,6 +111,8 @@ def generate(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """prompt (b, T) -> new tokens (b, N) with N = max_new_tokens (prefill + N - 1 decode steps)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     n_prompt = prompt.shape[1]
     logits = prefill(ctx, prompt)  # (b, V)
     tokens = [sample(logits, sampling, generator)]  # N x (b,)

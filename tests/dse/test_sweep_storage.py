@@ -137,9 +137,13 @@ def test_killed_worker_trial_is_failed_and_requeued(sweep: Sweep) -> None:
 def test_changed_study_definition_is_refused(sweep: Sweep, tmp_path: Path) -> None:
     path = tmp_path / "study.yaml"
     out = f"out_dir={tmp_path / 'out'}"
-    study, text = load_study_file(path, [out, "trials=5", "sampler.seed=4"])
-    Sweep(study, text)  # budget and sampler may change on resume
     study, text = load_study_file(path, [out, "search.tau=[0.5]"])
+    Sweep(study, text)  # nothing measured yet: the definition may still change
+    trial = sweep.ostudy.ask()
+    sweep.ostudy.tell(trial, [1.0, 0.01])
+    study, text = load_study_file(path, [out, "search.tau=[0.5]", "trials=5", "sampler.seed=4"])
+    Sweep(study, text)  # budget and sampler may change on resume
+    study, text = load_study_file(path, [out, "search.tau=[0.6]"])
     with pytest.raises(DseError, match=r"different definition \(changed: search\)"):
         Sweep(study, text)
 

@@ -48,8 +48,7 @@ def test_passkey_trace_with_full_attention(tmp_path) -> None:
         run_trace(TraceRequest(task=task, runtime=FULL, out_dir=tmp_path, device="cpu"))
 
 
-def test_fidelity_trace_of_full_attention(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("FREEKV_DSE_CACHE", str(tmp_path / "cache"))
+def test_fidelity_trace_of_full_attention(tmp_path) -> None:
     task = TaskSpec("fidelity", context_tokens=120, n_samples=1, decode_tokens=4)
     outcome = run_trace(TraceRequest(task=task, runtime=FULL, out_dir=tmp_path / "run", device="cpu"))
     assert outcome.accuracy["top1_agreement"] == 1.0
