@@ -27,7 +27,7 @@ source/arkvale/infer_state.py and kv_cache.py). Assumptions (docs/methods.md has
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -70,17 +70,6 @@ class ArkVale(Method):
                 "method_options.issue_overhead_s must be a number >= 0 (seconds), "
                 f"got {self.issue_overhead_s!r}"
             )
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method 'arkvale': unknown method_options {unknown}; valid: {', '.join(valid)}"
-            )
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (

@@ -203,14 +203,21 @@ class Method(ABC):
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Method:
-        """Build from `cfg.method_options` (default: no options accepted)."""
-        if cfg.method_options:
-            from sim.errors import SimInputError
+        """Build from `cfg.method_options`: each option is a dataclass field of the method (its
+        `__post_init__` checks the values); unknown options are an error naming the valid ones."""
+        from dataclasses import fields
 
+        from sim.errors import SimInputError
+
+        options = dict(cfg.method_options)
+        valid = [f.name for f in fields(cls)] if hasattr(cls, "__dataclass_fields__") else []
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
             raise SimInputError(
-                f"method {cls.name!r} takes no method_options, got {sorted(cfg.method_options)}"
+                f"method {cls.name!r}: unknown method_options {unknown}; "
+                f"valid: {', '.join(valid) if valid else 'none (this method takes no options)'}"
             )
-        return cls()
+        return cls(**options)
 
     @abstractmethod
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:

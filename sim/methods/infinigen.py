@@ -30,7 +30,7 @@ infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (doc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -77,17 +77,6 @@ class InfiniGen(Method):
             raise SimInputError(f"method_options.cpu_gather_fraction must be in (0, 1], got {f!r}")
         if not isinstance(self.run_bytes, int) or isinstance(self.run_bytes, bool) or self.run_bytes < 0:
             raise SimInputError(f"method_options.run_bytes must be an integer >= 0, got {self.run_bytes!r}")
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method 'infinigen': unknown method_options {unknown}; valid: {', '.join(valid)}"
-            )
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (

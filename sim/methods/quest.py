@@ -21,7 +21,7 @@ arXiv 2406.10774) and its code (mit-han-lab/Quest). Assumptions (docs/methods.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -56,17 +56,6 @@ class Quest(Method):
             raise SimInputError(
                 f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
             )
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method 'quest': unknown method_options {unknown}; valid: {', '.join(valid)}"
-            )
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (

@@ -18,7 +18,7 @@ Source: Hu et al., "Efficient Long-Decoding Inference with Reasoning-Aware Atten
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -52,15 +52,6 @@ class RaaS(Method):
             raise SimInputError(
                 f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
             )
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(f"method 'raas': unknown method_options {unknown}; valid: {', '.join(valid)}")
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (

@@ -16,7 +16,7 @@ Source: Tang et al., "RazorAttention: Efficient KV Cache Compression Through Ret
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -49,17 +49,6 @@ class RazorAttention(Method):
         f = self.retrieval_fraction
         if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1:
             raise SimInputError(f"method_options.retrieval_fraction must be in [0, 1], got {f!r}")
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method 'razorattention': unknown method_options {unknown}; valid: {', '.join(valid)}"
-            )
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (

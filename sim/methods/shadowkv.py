@@ -26,7 +26,7 @@ class ShadowKV_CPU). Assumptions (docs/methods.md has the discussion):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -75,17 +75,6 @@ class ShadowKV(Method):
         frac = self.svd_flops_fraction
         if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac <= 1:
             raise SimInputError(f"method_options.svd_flops_fraction must be in (0, 1], got {frac!r}")
-
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(opts) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method 'shadowkv': unknown method_options {unknown}; valid: {', '.join(valid)}"
-            )
-        return cls(**opts)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
