@@ -240,24 +240,32 @@ class PagedKVStore:
 
     # ---- reads ----
     def page_table(self) -> PageTable:
-        """Sink + resident selected + window pages per (sequence, KV head); the newest page last."""
-        sink, window = list(self.sink_page_ids()), list(self.window_page_ids())
-        fixed_local = np.array([self.local_slot(pg) for pg in sink + window], dtype=np.int64)
-        n_sink = len(sink)
-        width = len(fixed_local) + self.k_sel
-        table = np.zeros((self.b, self.n_kv, width), dtype=np.int32)
-        n_pages = np.zeros((self.b, self.n_kv), dtype=np.int32)
-        pages: list[list[np.ndarray]] = []
-        for i in range(self.b):
-            row: list[np.ndarray] = []
-            for h in range(self.n_kv):
-                j = np.nonzero(self.resident[i, h] >= 0)[0]
-                local = np.concatenate([fixed_local[:n_sink], self.selected_slot(j), fixed_local[n_sink:]])
-                table[i, h, : len(local)] = self.global_slots(i, local)
-                n_pages[i, h] = len(local)
-                row.append(np.array(sink + self.resident[i, h, j].tolist() + window, dtype=np.int64))
-            pages.append(row)
-        return PageTable(table, n_pages, self.last_page_tokens, self.b, pages, self.p, self.device)
+        """Sink + resident selected + window pages per (sequence, KV head); the newest page last.
+
+        Built with whole-array numpy ops over (b, Hkv): row [i, h] = sink slots, the selected slots j with
+        resident[i, h, j] >= 0 in slot order, window slots; zeros past n_pages[i, h].
+        """
+        sink = np.arange(min(self.sink, self.cur_page + 1), dtype=np.int64)
+        window = np.asarray(self.window_page_ids(), dtype=np.int64)
+        n_sink, n_window = len(sink), len(window)
+        base = (np.arange(self.b, dtype=np.int64) * self.slots_per_seq)[:, None, None]  # (b, 1, 1)
+        held = self.resident >= 0  # (b, Hkv, K)
+        n_held = held.sum(axis=2)  # (b, Hkv)
+        held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
+        width = n_sink + n_window + self.k_sel
+        table = np.zeros((self.b, self.n_kv, width), dtype=np.int64)
+        table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
+        selected = base + self.selected_slot(held_first)
+        table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],
+                                                               selected, 0)
+        window_at = n_sink + n_held[..., None] + np.arange(n_window)  # (b, Hkv, W') positions
+        window_slots = base + self.sink + window % self.window
+        np.put_along_axis(table, window_at, np.broadcast_to(window_slots, window_at.shape), axis=2)
+        n_pages = (n_sink + n_held + n_window).astype(np.int32)
+        pages = [[np.concatenate((sink, self.resident[i, h][held[i, h]], window)) for h in range(self.n_kv)]
+                 for i in range(self.b)]
+        return PageTable(table.astype(np.int32), n_pages, self.last_page_tokens, self.b, pages, self.p,
+                         self.device)
 
 
 class DenseKVStore:

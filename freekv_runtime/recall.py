@@ -8,9 +8,11 @@ convert stream). Events order the two streams (a buffer is refilled only after i
 one final event per recall lets exactly the layer that needs the pages wait for them
 (`RecallEngine.wait`), so no other work waits on a recall.
 
-On the CPU the same loop runs synchronously (copies, conversions, same chunks, same bytes): every
-decision and every count is identical; only the overlap is absent. The CUDA stream/event/pinned-memory
-path is written for a GPU but was NOT run on one during development (no GPU on the build machine).
+On the CPU the same loop runs synchronously (same chunks, conversions and bytes), except that each
+chunk's runs are gathered into its staging buffer by one indexed copy instead of one copy per
+head-page: every decision and every count is identical; only the overlap is absent. The CUDA
+stream/event/pinned-memory path is written for a GPU but was NOT run on one during development (no GPU
+on the build machine).
 
 Shapes: pool (b, n_page, Hkv, 2, p, d) on the host; k_slots, v_slots (n_slots, p, Hkv, d) on the device.
 """
@@ -124,20 +126,31 @@ class RecallEngine:
         with _on(st.convert):  # index tensors live (and are freed) on the convert stream
             head_dev = torch.as_tensor(np.asarray(head_ids, dtype=np.int32)).to(st.device)
             slot_dev = torch.as_tensor(np.asarray(slot_ids, dtype=np.int32)).to(st.device)
+        host_runs, host_rows = None, None
+        if not st.is_cuda:  # the pool as rows of (2, p, d) runs, and each recalled run's row
+            _, cap, hkv = pool.shape[:3]
+            host_runs = pool.view(-1, *pool.shape[3:])
+            rows = (np.asarray(seq_ids, np.int64) * cap + np.asarray(page_ids, np.int64)) * hkv \
+                + np.asarray(head_ids, np.int64)
+            host_rows = torch.from_numpy(rows)
         for chunk, start in enumerate(range(0, n, self.staging_pages)):
             stop = min(n, start + self.staging_pages)
             buf = chunk % 2
             staging = self._staging[buf]
             with _on(st.copy):
                 st.wait(self._buffer_free[buf], st.copy)  # its previous conversion has read it
-                for j in range(start, stop):
-                    staging[j - start].copy_(pool[int(seq_ids[j]), int(page_ids[j]), int(head_ids[j])],
-                                             non_blocking=True)
+                if host_rows is not None:  # CPU: the chunk's runs in one indexed copy
+                    torch.index_select(host_runs, 0, host_rows[start:stop], out=staging[: stop - start])
+                else:
+                    for j in range(start, stop):
+                        staging[j - start].copy_(pool[int(seq_ids[j]), int(page_ids[j]), int(head_ids[j])],
+                                                 non_blocking=True)
                 filled = st.record(st.copy)
             with _on(st.convert):
                 st.wait(filled, st.convert)
+                # the ids come from the store's own bookkeeping: skip the reference's value checks
                 recall_hnd_to_nhd(staging[: stop - start], head_dev[start:stop], slot_dev[start:stop],
-                                  k_slots, v_slots)
+                                  k_slots, v_slots, validate=False)
                 self._buffer_free[buf] = st.record(st.convert)
         return st.record(st.convert)
 

@@ -50,8 +50,9 @@ def _recall_hnd_to_nhd_kernel(
 
 def _check_args(
     staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    v_cache: torch.Tensor, validate: bool = True,
 ) -> None:
+    """Shapes, dtypes and devices always; with validate (CPU only) also the id ranges."""
     check_float("staging", staging, 4)
     check_float("k_cache", k_cache, 4)
     check_float("v_cache", v_cache, 4)
@@ -68,7 +69,7 @@ def _check_args(
     check_int32("head_ids", head_ids, (n,))
     check_int32("slot_ids", slot_ids, (n,))
     same_device(staging=staging, head_ids=head_ids, slot_ids=slot_ids, k_cache=k_cache, v_cache=v_cache)
-    if not staging.is_cuda:
+    if validate and not staging.is_cuda:
         require(bool(((head_ids >= 0) & (head_ids < hkv)).all()), f"head_ids must lie in [0, Hkv={hkv})")
         require(bool(((slot_ids >= 0) & (slot_ids < n_slots)).all()),
                 f"slot_ids must lie in [0, n_slots={n_slots})")
@@ -76,10 +77,14 @@ def _check_args(
 
 def recall_hnd_to_nhd_reference(
     staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    v_cache: torch.Tensor, validate: bool = True,
 ) -> None:
-    """Plain-torch scatter of recalled HND runs into the NHD caches (in place)."""
-    _check_args(staging, head_ids, slot_ids, k_cache, v_cache)
+    """Plain-torch scatter of recalled HND runs into the NHD caches (in place).
+
+    validate=False skips the O(n) id-range checks (shapes and dtypes are still checked): for callers
+    that build the ids themselves, such as the runtime's recall engine on its hot path.
+    """
+    _check_args(staging, head_ids, slot_ids, k_cache, v_cache, validate)
     slots, heads = slot_ids.long(), head_ids.long()
     k_cache[slots, :, heads, :] = staging[:, 0]
     v_cache[slots, :, heads, :] = staging[:, 1]
@@ -104,10 +109,13 @@ def recall_hnd_to_nhd_triton(
 
 def recall_hnd_to_nhd(
     staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    v_cache: torch.Tensor, validate: bool = True,
 ) -> None:
-    """HND -> NHD recall conversion (in place): Triton on CUDA (or when forced), torch otherwise."""
+    """HND -> NHD recall conversion (in place): Triton on CUDA (or when forced), torch otherwise.
+
+    validate=False skips the reference's id-range checks (the Triton path never reads values to check).
+    """
     if use_triton(staging, head_ids, slot_ids, k_cache, v_cache):
         recall_hnd_to_nhd_triton(staging, head_ids, slot_ids, k_cache, v_cache)
     else:
-        recall_hnd_to_nhd_reference(staging, head_ids, slot_ids, k_cache, v_cache)
+        recall_hnd_to_nhd_reference(staging, head_ids, slot_ids, k_cache, v_cache, validate)

@@ -153,9 +153,10 @@ def _combine_splits_kernel(
 
 def _check_args(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
-    n_pages: torch.Tensor, last_page_tokens: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, validate: bool = True,
 ) -> tuple[int, int, int, int, int]:
-    """Validate and return (b, Hkv, G, p, d). Values are checked only for CPU tensors (no device sync)."""
+    """Validate and return (b, Hkv, G, p, d). Shapes, dtypes and devices always; with validate, values
+    (n_pages, last_page_tokens, listed slot ids) too, for CPU tensors only (no device sync)."""
     check_float("q", q, 3)
     check_float("k_cache", k_cache, 4)
     check_float("v_cache", v_cache, 4)
@@ -175,7 +176,7 @@ def _check_args(
     check_int32("last_page_tokens", last_page_tokens, (b,))
     same_device(q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, n_pages=n_pages,
                 last_page_tokens=last_page_tokens)
-    if not q.is_cuda:
+    if validate and not q.is_cuda:
         m = page_table.shape[2]
         require(bool(((n_pages >= 0) & (n_pages <= m)).all()), f"n_pages must lie in [0, M={m}]")
         require(bool(((last_page_tokens >= 1) & (last_page_tokens <= page_size)).all()),
@@ -205,10 +206,15 @@ def _gather_head_pages(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor
 
 def sparse_decode_attention_reference(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
-    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False, validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Plain-torch sparse decode attention (gathers the listed pages, masked softmax in fp32)."""
-    b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens)
+    """Plain-torch sparse decode attention (gathers the listed pages, masked softmax in fp32).
+
+    validate=False skips the value checks of the table (shapes and dtypes are still checked): for callers
+    that build the table themselves, such as the runtime's paged store on its hot path.
+    """
+    b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
+                                              validate)
     m = page_table.shape[2]
     listed = torch.arange(m, device=q.device) < n_pages[..., None]  # (b, Hkv, M)
     slots = torch.where(listed, page_table, 0).long()
@@ -299,11 +305,15 @@ def sparse_decode_attention_triton(
 
 def sparse_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
-    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False, validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Sparse decode attention: Triton on CUDA (or when forced), the torch reference otherwise."""
+    """Sparse decode attention: Triton on CUDA (or when forced), the torch reference otherwise.
+
+    validate=False skips the reference's value checks of the table (the Triton path never reads values
+    to check them).
+    """
     if use_triton(q, k_cache, v_cache, page_table, n_pages, last_page_tokens):
         return sparse_decode_attention_triton(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
                                               return_lse)
     return sparse_decode_attention_reference(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
-                                             return_lse)
+                                             return_lse, validate)

@@ -32,20 +32,28 @@ class HeadPlan:
 
 def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> list[list[HeadPlan]]:
     """Plans [b][h]. top (b, H, k) page ids best first (-1 = none); resident (b, H, K) page ids (-1 = empty);
-    resident_scores (b, H, K) scores of the resident pages under the same query (ignored where empty)."""
+    resident_scores (b, H, K) scores of the resident pages under the same query (ignored where empty).
+
+    Vectorised over (b, H): membership by one (b, H, k, K) comparison, the eviction order by one stable
+    lexsort (evictable slots first; among them empty slots, then lowest score; ties by slot index).
+    """
+    sel_valid = top >= 0  # (b, H, k)
+    hits = (top[..., :, None] == resident[..., None, :]) & sel_valid[..., :, None]  # (b, H, k, K)
+    missed_mask = sel_valid & ~hits.any(axis=-1)  # (b, H, k): selected, not resident
+    evictable = (resident < 0) | ~hits.any(axis=-2)  # (b, H, K): empty or resident but not selected
+    order_key = np.where(resident < 0, -np.inf, resident_scores)
+    eviction_order = np.lexsort((order_key, ~evictable), axis=-1)  # (b, H, K) slot indices
+    top64 = top.astype(np.int64)
+    n_selected = sel_valid.sum(axis=-1)
+    n_missed = missed_mask.sum(axis=-1)
+    selected_sorted = np.sort(np.where(sel_valid, top64, np.iinfo(np.int64).max), axis=-1).astype(np.int32)
     plans: list[list[HeadPlan]] = []
     for i in range(top.shape[0]):
         row = []
         for h in range(top.shape[1]):
-            sel = top[i, h][top[i, h] >= 0].astype(np.int64)
-            res = resident[i, h]
-            missed = sel[~np.isin(sel, res)]
-            evictable = (res < 0) | ~np.isin(res, sel)
-            # Empty slots first (score -inf), then the lowest-scoring resident pages.
-            order_key = np.where(res < 0, -np.inf, resident_scores[i, h])
-            slots = np.nonzero(evictable)[0]
-            slots = slots[np.argsort(order_key[slots], kind="stable")][: len(missed)]
-            row.append(HeadPlan(np.sort(sel).astype(np.int32), missed, slots.astype(np.int64)))
+            n = int(n_missed[i, h])
+            row.append(HeadPlan(selected_sorted[i, h, : n_selected[i, h]], top64[i, h][missed_mask[i, h]],
+                                eviction_order[i, h, :n].astype(np.int64)))
         plans.append(row)
     return plans
 

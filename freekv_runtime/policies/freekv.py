@@ -172,10 +172,14 @@ class FreeKVState(PolicyState):
             return np.zeros((b, hkv, 0), np.int64), np.full((b, hkv, n_slots), -np.inf)
         page_lo, page_hi = store.candidate_bounds()
         scores = page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo, page_hi)
-        top = topk_pages(scores, min(n_slots, hi - lo))
+        top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy().astype(np.int64)
+        if not scores.is_cuda:  # the scores are on the host already: look the resident ones up there
+            scores_host = scores.numpy()
+            held = np.take_along_axis(scores_host, np.maximum(store.resident, 0), axis=2)
+            return top, np.where(store.resident < 0, np.float32(-np.inf), held)
         resident = torch.as_tensor(store.resident).to(scores.device)
         resident_scores = scores.gather(2, resident.clamp(min=0)).masked_fill(resident < 0, float("-inf"))
-        return top.cpu().numpy().astype(np.int64), resident_scores.cpu().numpy()
+        return top, resident_scores.cpu().numpy()
 
     def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> list[list[HeadPlan]]:
         top, resident_scores = self._select(store, q_t)
@@ -193,8 +197,9 @@ class FreeKVState(PolicyState):
         """Sparse attention over sink + resident selected + window pages: (b, Hq, d)."""
         with self.timer.op("attention"):
             table = store.page_table()
+            # the store builds the table itself: value checks would only cost host time per layer
             out = sparse_decode_attention(q_t, store.k_slots, store.v_slots, table.table, table.n_pages,
-                                          table.last_page_tokens)
+                                          table.last_page_tokens, validate=False)
         self.tables[layer] = table
         mass = None
         if store.full_keys is not None:
