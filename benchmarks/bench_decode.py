@@ -1,22 +1,27 @@
 """Decode ms/token of `full` and `freekv` on the real default model, and the cost of trace recording.
 
-Usage: `.venv/bin/python benchmarks/bench_decode.py [--contexts 2048,4096,8192] [--steps 8]
+Usage: `.venv/bin/python benchmarks/bench_decode.py [--contexts 2048,4096,8192] [--rounds 5] [--steps 4]
 [--device cpu] [--dtype float32]`.
 
-Per (context, method): one prefill of `context` tokens of offline prose, then `steps` decode steps
-without a recorder, then `steps` more with a `TraceRecorder` writing a real trace to a temporary
-directory (the context grows by `steps` tokens in between, which is negligible at these lengths).
-Reports wall-clock ms/token (CUDA-synchronised on a GPU) and the share added by recording. On the CPU
-FreeKV runs the same algorithm synchronously: it is no latency estimate of FreeKV on a GPU (that is what
-`sim` is for); it shows what a traced run costs on this machine.
+Per context: one prefill of `context` tokens of offline prose for each method, then `rounds` rounds
+in which each method decodes `steps` tokens without a recorder (the order alternates between rounds),
+then as many rounds with a `TraceRecorder` writing a real trace to a temporary directory. Interleaving
+the methods puts both under the same machine conditions (on shared 2-core machines the speed drifts by
+tens of percent over a minute); the table gives the median over rounds of wall-clock ms/token
+(CUDA-synchronised on a GPU), the median per-round ratio freekv / full, and the share added by
+recording. The context grows by 2 x rounds x steps tokens over the run, which is small at these lengths.
+On the CPU FreeKV runs the same algorithm synchronously: it is no latency estimate of FreeKV on a GPU
+(that is what `sim` is for); it shows what a traced run costs on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import statistics
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,11 +35,12 @@ from freekv_runtime.policies import make_policy
 from freekv_runtime.recorder import TraceRecorder
 from freekv_runtime.tasks.text import reference_prose
 from freekv_runtime.timing import OpTimer
-from freekv_runtime.weights import load_model
+from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter
 
 KNOBS = RuntimeConfig(method="freekv", page_size=16, budget_tokens=1024, sink_tokens=64, window_tokens=64,
                       tau=0.9, dense_layers=(0,))
+METHODS = ("full", "freekv")
 
 
 def _sync(device: torch.device) -> None:
@@ -52,52 +58,95 @@ def _decode_ms(ctx: DecodeContext, token: torch.Tensor, start: int, steps: int) 
     return (time.perf_counter() - t0) / steps * 1e3, token
 
 
-@torch.inference_mode()
-def bench(context: int, method: str, steps: int, device: torch.device, dtype_name: str) -> dict[str, float]:
-    loaded = load_model("smollm2-135m", device=device, dtype=resolve_dtype(dtype_name))
+@dataclass
+class _Run:
+    """One method's decode in progress: its context, next token and position."""
+
+    ctx: DecodeContext
+    token: torch.Tensor
+    position: int
+    prefill_s: float
+
+    def decode_ms(self, steps: int) -> float:
+        ms, self.token = _decode_ms(self.ctx, self.token, self.position, steps)
+        self.position += steps
+        return ms
+
+
+def _start(loaded: LoadedModel, prompt: torch.Tensor, method: str, max_tokens: int) -> _Run:
     adapter = ModelAdapter(loaded.model)
-    ids = loaded.tokenizer(reference_prose(), add_special_tokens=False)["input_ids"][:context]
-    prompt = torch.tensor([ids], device=device)  # (1, T)
-    config = replace(KNOBS, method=method)
+    device = adapter.device
     timer = OpTimer(device)
-    state = make_policy(config).new_state(adapter.shape, 1, device, loaded.dtype, timer)
-    ctx = DecodeContext(adapter, state, adapter.rope_table(context + 2 * steps + 1), timer)
+    policy = make_policy(replace(KNOBS, method=method))
+    state = policy.new_state(adapter.shape, 1, device, loaded.dtype, timer)
+    ctx = DecodeContext(adapter, state, adapter.rope_table(max_tokens), timer)
     t0 = time.perf_counter()
     token = sample(prefill(ctx, prompt), Sampling(), None)[:, None]  # (1, 1)
     _sync(device)
-    prefill_s = time.perf_counter() - t0
-    plain_ms, token = _decode_ms(ctx, token, context, steps)
-    meta = RunMetadata(
-        model=loaded.spec, runtime=runtime_dict(config, loaded.spec.n_layers, dtype_name),
-        task={"name": "bench_decode", "context_tokens": context}, seeds={}, device=device_string(device),
-        library_versions=library_versions(), timing_clock=timer.clock,
+    return _Run(ctx, token, prompt.shape[1], time.perf_counter() - t0)
+
+
+def _metadata(loaded: LoadedModel, method: str, context: int, dtype_name: str, clock: str) -> RunMetadata:
+    return RunMetadata(
+        model=loaded.spec,
+        runtime=runtime_dict(replace(KNOBS, method=method), loaded.spec.n_layers, dtype_name),
+        task={"name": "bench_decode", "context_tokens": context}, seeds={},
+        device=device_string(loaded.device),
+        library_versions=library_versions(), timing_clock=clock,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    with tempfile.TemporaryDirectory() as tmp, TraceWriter.create(Path(tmp) / "trace", meta) as writer:
-        ctx.recorder = TraceRecorder(writer)
-        traced_ms, _ = _decode_ms(ctx, token, context + steps, steps)
-    return {"prefill_s": prefill_s, "decode_ms": plain_ms, "traced_ms": traced_ms}
+
+
+@torch.inference_mode()
+def bench(loaded: LoadedModel, context: int, rounds: int, steps: int, dtype_name: str) -> dict[str, dict]:
+    """Per method: prefill_s, plain and traced ms/token per round (interleaved with the other method)."""
+    ids = loaded.tokenizer(reference_prose(), add_special_tokens=False)["input_ids"][:context]
+    prompt = torch.tensor([ids], device=loaded.device)  # (1, T)
+    max_tokens = context + 2 * rounds * steps + 1
+    runs = {method: _start(loaded, prompt, method, max_tokens) for method in METHODS}
+    plain: dict[str, list[float]] = {m: [] for m in METHODS}
+    traced: dict[str, list[float]] = {m: [] for m in METHODS}
+    for r in range(rounds):
+        for method in METHODS[:: 1 if r % 2 == 0 else -1]:
+            plain[method].append(runs[method].decode_ms(steps))
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        for method, run in runs.items():
+            meta = _metadata(loaded, method, context, dtype_name, run.ctx.timer.clock)
+            writer = stack.enter_context(TraceWriter.create(Path(tmp) / method, meta))
+            run.ctx.recorder = TraceRecorder(writer)
+        for r in range(rounds):
+            for method in METHODS[:: 1 if r % 2 == 0 else -1]:
+                traced[method].append(runs[method].decode_ms(steps))
+    return {m: {"prefill_s": runs[m].prefill_s, "plain": plain[m], "traced": traced[m]} for m in METHODS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", default="2048,4096,8192")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4, help="decode steps per method and round")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     device = resolve_device(args.device)
     label = "GPU" if device.type == "cuda" else "CPU"
-    print(f"decode ms/token, smollm2-135m {args.dtype}, {label}: {device_string(device)}")
+    loaded = load_model("smollm2-135m", device=device, dtype=resolve_dtype(args.dtype))
+    print(f"decode ms/token, smollm2-135m {args.dtype}, {label}: {device_string(device)}, "
+          f"{args.rounds} rounds x {args.steps} steps per method, medians over rounds")
     print(f"freekv knobs: {KNOBS.to_dict()}")
-    print("| context | method | prefill s | decode ms/token | with trace ms/token | trace cost |")
-    print("|---|---|---|---|---|---|")
+    print("| context | method | prefill s | decode ms/token | freekv / full | with trace ms/token "
+          "| trace cost |")
+    print("|---|---|---|---|---|---|---|")
     for context in (int(c) for c in args.contexts.split(",")):
-        for method in ("full", "freekv"):
-            r = bench(context, method, args.steps, device, args.dtype)
-            cost = (r["traced_ms"] / r["decode_ms"] - 1) * 100
-            print(f"| {context} | {method} | {r['prefill_s']:.1f} | {r['decode_ms']:.1f} | "
-                  f"{r['traced_ms']:.1f} | {cost:+.1f}% |", flush=True)
+        r = bench(loaded, context, args.rounds, args.steps, args.dtype)
+        pairs = zip(r["freekv"]["plain"], r["full"]["plain"], strict=True)
+        ratio = statistics.median(f / d for f, d in pairs)
+        for method in METHODS:
+            plain, traced = r[method]["plain"], r[method]["traced"]
+            cost = (statistics.median(t / p for t, p in zip(traced, plain, strict=True)) - 1) * 100
+            print(f"| {context} | {method} | {r[method]['prefill_s']:.1f} | {statistics.median(plain):.1f} | "
+                  f"{ratio if method == 'freekv' else 1.0:.2f} | {statistics.median(traced):.1f} | "
+                  f"{cost:+.1f}% |", flush=True)
 
 
 if __name__ == "__main__":

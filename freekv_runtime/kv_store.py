@@ -39,16 +39,26 @@ class PageTable:
     """What one sparse attention call reads, per (sequence, KV head).
 
     table (b, Hkv, M) int32 slot ids (device), n_pages (b, Hkv) int32 (device), last_page_tokens (b,) int32
-    (device); pages[i][h]: int64 page ids attended (host), in table order; attended_tokens (b, Hkv) int32.
+    (device); attended_tokens (b, Hkv) int32 (host); pages[i][h]: int64 page ids attended (host), in table
+    order, built on first access from a snapshot of the residency (the hot path never reads them).
     """
 
-    def __init__(self, table: np.ndarray, n_pages: np.ndarray, last_page_tokens: int, b: int,
-                 pages: list[list[np.ndarray]], page_size: int, device: torch.device) -> None:
-        self.table = torch.as_tensor(table).to(device)
-        self.n_pages = torch.as_tensor(n_pages).to(device)
+    def __init__(self, table: np.ndarray, n_pages: np.ndarray, last_page_tokens: int, page_size: int,
+                 sink: np.ndarray, resident: np.ndarray, window: np.ndarray, device: torch.device) -> None:
+        b = table.shape[0]
+        self.table = torch.from_numpy(table).to(device)
+        self.n_pages = torch.from_numpy(n_pages).to(device)
         self.last_page_tokens = torch.full((b,), last_page_tokens, dtype=torch.int32, device=device)
-        self.pages = pages
         self.attended_tokens = ((n_pages - 1) * page_size + last_page_tokens).astype(np.int32)
+        self._parts = (sink, resident, window)
+        self._pages: list[list[np.ndarray]] | None = None
+
+    @property
+    def pages(self) -> list[list[np.ndarray]]:
+        if self._pages is None:
+            sink, resident, window = self._parts
+            self._pages = [[np.concatenate((sink, row[row >= 0], window)) for row in seq] for seq in resident]
+        return self._pages
 
 
 class PagedKVStore:
@@ -243,29 +253,32 @@ class PagedKVStore:
         """Sink + resident selected + window pages per (sequence, KV head); the newest page last.
 
         Built with whole-array numpy ops over (b, Hkv): row [i, h] = sink slots, the selected slots j with
-        resident[i, h, j] >= 0 in slot order, window slots; zeros past n_pages[i, h].
+        resident[i, h, j] >= 0 in slot order, window slots; zeros past n_pages[i, h]. When every selected
+        slot is held (the steady state once the context exceeds the budget) all rows are the same slots.
         """
         sink = np.arange(min(self.sink, self.cur_page + 1), dtype=np.int64)
         window = np.asarray(self.window_page_ids(), dtype=np.int64)
         n_sink, n_window = len(sink), len(window)
         base = (np.arange(self.b, dtype=np.int64) * self.slots_per_seq)[:, None, None]  # (b, 1, 1)
+        window_slots = self.sink + window % self.window
         held = self.resident >= 0  # (b, Hkv, K)
-        n_held = held.sum(axis=2)  # (b, Hkv)
-        held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
-        width = n_sink + n_window + self.k_sel
-        table = np.zeros((self.b, self.n_kv, width), dtype=np.int64)
-        table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
-        selected = base + self.selected_slot(held_first)
-        table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],
-                                                               selected, 0)
-        window_at = n_sink + n_held[..., None] + np.arange(n_window)  # (b, Hkv, W') positions
-        window_slots = base + self.sink + window % self.window
-        np.put_along_axis(table, window_at, np.broadcast_to(window_slots, window_at.shape), axis=2)
-        n_pages = (n_sink + n_held + n_window).astype(np.int32)
-        pages = [[np.concatenate((sink, self.resident[i, h][held[i, h]], window)) for h in range(self.n_kv)]
-                 for i in range(self.b)]
-        return PageTable(table.astype(np.int32), n_pages, self.last_page_tokens, self.b, pages, self.p,
-                         self.device)
+        if held.all():
+            row = np.concatenate((sink, self.selected_slot(np.arange(self.k_sel)), window_slots))
+            table = np.repeat(base + row, self.n_kv, axis=1)  # (b, Hkv, M)
+            n_pages = np.full((self.b, self.n_kv), len(row), dtype=np.int32)
+        else:
+            n_held = held.sum(axis=2)  # (b, Hkv)
+            held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
+            table = np.zeros((self.b, self.n_kv, n_sink + n_window + self.k_sel), dtype=np.int64)
+            table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
+            selected = base + self.selected_slot(held_first)
+            table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],
+                                                                   selected, 0)
+            window_at = n_sink + n_held[..., None] + np.arange(n_window)  # (b, Hkv, W') positions
+            np.put_along_axis(table, window_at, np.broadcast_to(base + window_slots, window_at.shape), axis=2)
+            n_pages = (n_sink + n_held + n_window).astype(np.int32)
+        return PageTable(table.astype(np.int32), n_pages, self.last_page_tokens, self.p, sink,
+                         self.resident.copy(), window, self.device)
 
 
 class DenseKVStore:

@@ -8,6 +8,7 @@ Triton kernels on the CPU through Triton's interpreter); otherwise the plain-tor
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -33,27 +34,32 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def require(condition: bool, message: str) -> None:
-    """Raise `KernelInputError(message)` unless `condition` holds."""
+def require(condition: bool, message: str | Callable[[], str]) -> None:
+    """Raise `KernelInputError(message)` unless `condition` holds.
+
+    A message that needs formatting is passed as a callable (`lambda: f"..."`) so that it is only built
+    when the check fails: these checks run on every kernel call of the decode hot path.
+    """
     if not condition:
-        raise KernelInputError(message)
+        raise KernelInputError(message() if callable(message) else message)
 
 
 def check_float(name: str, t: torch.Tensor, ndim: int) -> None:
-    require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    require(t.dim() == ndim, f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
-    require(t.dtype in FLOAT_DTYPES, f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
+    require(isinstance(t, torch.Tensor), lambda: f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require(t.dim() == ndim, lambda: f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    require(t.dtype in FLOAT_DTYPES, lambda: f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
 
 
 def check_int32(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
-    require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    require(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
-    require(tuple(t.shape) == tuple(shape), f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    require(isinstance(t, torch.Tensor), lambda: f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require(t.dtype == torch.int32, lambda: f"{name} must be int32, got {t.dtype}")
+    require(t.shape == shape, lambda: f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
 
 
 def same_device(**tensors: torch.Tensor) -> None:
-    devices = {name: t.device for name, t in tensors.items()}
+    first = next(iter(tensors.values())).device
     require(
-        len(set(devices.values())) == 1,
-        "all tensors must be on one device, got " + ", ".join(f"{n}={d}" for n, d in devices.items()),
+        all(t.device == first for t in tensors.values()),
+        lambda: "all tensors must be on one device, got "
+        + ", ".join(f"{n}={t.device}" for n, t in tensors.items()),
     )

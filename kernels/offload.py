@@ -22,17 +22,18 @@ def offload_nhd_to_hnd(
 ) -> torch.Tensor:
     """Transpose NHD page(s) to HND runs on k_page's device, then copy into `out` if given."""
     require(isinstance(k_page, torch.Tensor) and k_page.dim() in (3, 4),
-            f"k_page must be (p, Hkv, d) or (n, p, Hkv, d), got {tuple(getattr(k_page, 'shape', ()))}")
+            lambda: "k_page must be (p, Hkv, d) or (n, p, Hkv, d), got "
+            f"{tuple(getattr(k_page, 'shape', ()))}")
     check_float("k_page", k_page, k_page.dim())
     check_float("v_page", v_page, k_page.dim())
     require(k_page.shape == v_page.shape and k_page.dtype == v_page.dtype and k_page.device == v_page.device,
-            f"k_page and v_page must match in shape, dtype and device, got {tuple(k_page.shape)} "
+            lambda: f"k_page and v_page must match in shape, dtype and device, got {tuple(k_page.shape)} "
             f"{k_page.dtype} {k_page.device} and {tuple(v_page.shape)} {v_page.dtype} {v_page.device}")
     runs = torch.stack([k_page.transpose(-3, -2), v_page.transpose(-3, -2)], dim=-3)  # (..., Hkv, 2, p, d)
     if out is None:
         return runs.contiguous()
     require(tuple(out.shape) == tuple(runs.shape) and out.dtype == runs.dtype,
-            f"out must be {tuple(runs.shape)} {runs.dtype}, got {tuple(out.shape)} {out.dtype}")
+            lambda: f"out must be {tuple(runs.shape)} {runs.dtype}, got {tuple(out.shape)} {out.dtype}")
     out.copy_(runs, non_blocking=True)
     return out
 

@@ -122,15 +122,17 @@ def _check_args(
     check_float("kmin", kmin, 4)
     check_float("kmax", kmax, 4)
     b, hq, d = q.shape
-    require(kmin.shape == kmax.shape, f"kmin and kmax must have one shape, got {tuple(kmin.shape)} and "
+    require(kmin.shape == kmax.shape,
+            lambda: f"kmin and kmax must have one shape, got {tuple(kmin.shape)} and "
             f"{tuple(kmax.shape)}")
     kb, hkv, n_pages, kd = kmin.shape
-    require(kb == b and kd == d, f"kmin/kmax must be (b={b}, Hkv, P, d={d}), got {tuple(kmin.shape)}")
-    require(hkv >= 1 and hq % hkv == 0, f"q heads ({hq}) must be a multiple of kmin/kmax heads ({hkv})")
+    require(kb == b and kd == d, lambda: f"kmin/kmax must be (b={b}, Hkv, P, d={d}), got {tuple(kmin.shape)}")
+    require(hkv >= 1 and hq % hkv == 0,
+            lambda: f"q heads ({hq}) must be a multiple of kmin/kmax heads ({hkv})")
     require(n_pages >= 1, "kmin/kmax must hold at least one page (P >= 1)")
     check_int32("page_lo", page_lo, (b,))
     check_int32("page_hi", page_hi, (b,))
-    require(pooling in POOLINGS, f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    require(pooling in POOLINGS, lambda: f"pooling must be one of {POOLINGS}, got {pooling!r}")
     same_device(q=q, kmin=kmin, kmax=kmax, page_lo=page_lo, page_hi=page_hi)
     return b, hkv, hq // hkv, n_pages, d
 
@@ -145,22 +147,17 @@ def page_scores_reference(
     matmuls over the summaries as they are (no elementwise pass over the (b, Hkv, P, d) tensors).
     """
     b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
-    qf = q.float().reshape(b, hkv, group, d)
-    raw = qf.clamp(min=0) @ kmax.float().transpose(-1, -2) + qf.clamp(max=0) @ kmin.float().transpose(-1, -2)
-    scores = raw * (1.0 / math.sqrt(d))
+    qf = q.float().reshape(b * hkv, group, d) * (1.0 / math.sqrt(d))
+    kmax_t = kmax.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
+    kmin_t = kmin.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
+    scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t, qf.clamp(max=0), kmin_t).view(b, hkv, group, n_pages)
     pages = torch.arange(n_pages, device=q.device)
-    cand = (pages >= page_lo[:, None]) & (pages < page_hi[:, None])  # (b, P)
-    cand = cand[:, None, None, :]
-    scores = scores.masked_fill(~cand, float("-inf"))
+    outside = ((pages < page_lo[:, None]) | (pages >= page_hi[:, None]))[:, None, :]  # (b, 1, P)
     if pooling == "max":
-        return scores.amax(dim=2).contiguous()
-    m = scores.amax(dim=-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = torch.exp(scores - m)
-    denom = e.sum(dim=-1, keepdim=True)
-    probs = e / torch.where(denom > 0, denom, torch.ones_like(denom))
-    pooled = probs.mean(dim=2)
-    return pooled.masked_fill(~cand[:, :, 0, :], float("-inf")).contiguous()
+        return scores.amax(dim=2).masked_fill(outside, float("-inf")).contiguous()
+    # a row without candidates is NaN after the softmax and -inf after the final fill
+    probs = torch.softmax(scores.masked_fill(outside[:, :, None], float("-inf")), dim=-1)
+    return probs.mean(dim=2).masked_fill(outside, float("-inf")).contiguous()
 
 
 def page_scores_triton(

@@ -53,11 +53,11 @@ def _check_args(q: torch.Tensor, q_prev: torch.Tensor, group_size: int) -> tuple
     """Validate and return (b, Hkv, d)."""
     check_float("q", q, 3)
     check_float("q_prev", q_prev, 3)
-    require(q.shape == q_prev.shape, f"q and q_prev must have one shape, got {tuple(q.shape)} and "
+    require(q.shape == q_prev.shape, lambda: f"q and q_prev must have one shape, got {tuple(q.shape)} and "
             f"{tuple(q_prev.shape)}")
     b, hq, d = q.shape
     require(isinstance(group_size, int) and group_size >= 1 and hq % group_size == 0,
-            f"group_size must be a positive int dividing the {hq} query heads, got {group_size!r}")
+            lambda: f"group_size must be a positive int dividing the {hq} query heads, got {group_size!r}")
     same_device(q=q, q_prev=q_prev)
     return b, hq // group_size, d
 
@@ -66,8 +66,8 @@ def query_similarity_reference(q: torch.Tensor, q_prev: torch.Tensor, group_size
     """Plain-torch pooled cosine similarity (b, Hkv) float32."""
     b, hkv, d = _check_args(q, q_prev, group_size)
     qf, pf = q.float(), q_prev.float()
-    dot = (qf * pf).sum(-1)
-    norms = qf.norm(dim=-1) * pf.norm(dim=-1)
+    dot = torch.linalg.vecdot(qf, pf)
+    norms = torch.linalg.vector_norm(qf, dim=-1) * torch.linalg.vector_norm(pf, dim=-1)
     cos = dot / norms.clamp_min(COS_EPS)  # (b, Hq)
     return cos.reshape(b, hkv, group_size).mean(-1)
 

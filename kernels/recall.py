@@ -58,21 +58,24 @@ def _check_args(
     check_float("v_cache", v_cache, 4)
     n, two, page_size, d = staging.shape
     n_slots, cp, hkv, cd = k_cache.shape
-    require(two == 2, f"staging must be (n, 2, p, d): [i, 0] keys, [i, 1] values; got {tuple(staging.shape)}")
-    require(k_cache.shape == v_cache.shape, f"k_cache and v_cache must have one shape, got "
+    require(two == 2,
+            lambda: f"staging must be (n, 2, p, d): [i, 0] keys, [i, 1] values; got {tuple(staging.shape)}")
+    require(k_cache.shape == v_cache.shape, lambda: f"k_cache and v_cache must have one shape, got "
             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    require((cp, cd) == (page_size, d), f"caches must be (n_slots, p={page_size}, Hkv, d={d}) NHD, got "
+    require((cp, cd) == (page_size, d),
+            lambda: f"caches must be (n_slots, p={page_size}, Hkv, d={d}) NHD, got "
             f"{tuple(k_cache.shape)}")
     require(staging.dtype == k_cache.dtype == v_cache.dtype,
-            f"staging, k_cache and v_cache must share a dtype, got {staging.dtype}, {k_cache.dtype}, "
+            lambda: f"staging, k_cache and v_cache must share a dtype, got {staging.dtype}, {k_cache.dtype}, "
             f"{v_cache.dtype}")
     check_int32("head_ids", head_ids, (n,))
     check_int32("slot_ids", slot_ids, (n,))
     same_device(staging=staging, head_ids=head_ids, slot_ids=slot_ids, k_cache=k_cache, v_cache=v_cache)
     if validate and not staging.is_cuda:
-        require(bool(((head_ids >= 0) & (head_ids < hkv)).all()), f"head_ids must lie in [0, Hkv={hkv})")
+        require(bool(((head_ids >= 0) & (head_ids < hkv)).all()),
+                lambda: f"head_ids must lie in [0, Hkv={hkv})")
         require(bool(((slot_ids >= 0) & (slot_ids < n_slots)).all()),
-                f"slot_ids must lie in [0, n_slots={n_slots})")
+                lambda: f"slot_ids must lie in [0, n_slots={n_slots})")
 
 
 def recall_hnd_to_nhd_reference(
@@ -85,9 +88,18 @@ def recall_hnd_to_nhd_reference(
     that build the ids themselves, such as the runtime's recall engine on its hot path.
     """
     _check_args(staging, head_ids, slot_ids, k_cache, v_cache, validate)
-    slots, heads = slot_ids.long(), head_ids.long()
-    k_cache[slots, :, heads, :] = staging[:, 0]
-    v_cache[slots, :, heads, :] = staging[:, 1]
+    n, _, page_size, d = staging.shape
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        slots, heads = slot_ids.long(), head_ids.long()
+        k_cache[slots, :, heads, :] = staging[:, 0]
+        v_cache[slots, :, heads, :] = staging[:, 1]
+        return
+    # contiguous caches as rows of d elements: token t of (slot, head) is row (slot * p + t) * Hkv + head
+    hkv = k_cache.shape[2]
+    tokens = torch.arange(page_size, device=staging.device) * hkv
+    rows = ((slot_ids.long() * (page_size * hkv) + head_ids.long())[:, None] + tokens).view(-1)
+    k_cache.view(-1, d).index_copy_(0, rows, staging[:, 0].reshape(n * page_size, d))
+    v_cache.view(-1, d).index_copy_(0, rows, staging[:, 1].reshape(n * page_size, d))
 
 
 def recall_hnd_to_nhd_triton(

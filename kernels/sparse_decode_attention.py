@@ -162,15 +162,17 @@ def _check_args(
     check_float("v_cache", v_cache, 4)
     b, hq, d = q.shape
     require(k_cache.shape == v_cache.shape and k_cache.dtype == v_cache.dtype,
-            f"k_cache and v_cache must match, got {tuple(k_cache.shape)} {k_cache.dtype} and "
+            lambda: f"k_cache and v_cache must match, got {tuple(k_cache.shape)} {k_cache.dtype} and "
             f"{tuple(v_cache.shape)} {v_cache.dtype}")
     n_slots, page_size, hkv, kd = k_cache.shape
-    require(kd == d, f"k_cache must be (n_slots, p, Hkv, d={d}) NHD, got {tuple(k_cache.shape)}")
-    require(hkv >= 1 and hq % hkv == 0, f"q heads ({hq}) must be a multiple of cache KV heads ({hkv})")
+    require(kd == d, lambda: f"k_cache must be (n_slots, p, Hkv, d={d}) NHD, got {tuple(k_cache.shape)}")
+    require(hkv >= 1 and hq % hkv == 0,
+            lambda: f"q heads ({hq}) must be a multiple of cache KV heads ({hkv})")
     require(page_size >= 1, "k_cache page size p must be >= 1")
     require(isinstance(page_table, torch.Tensor) and page_table.dim() == 3
             and tuple(page_table.shape[:2]) == (b, hkv),
-            f"page_table must be (b={b}, Hkv={hkv}, M), got {tuple(getattr(page_table, 'shape', ()))}")
+            lambda: f"page_table must be (b={b}, Hkv={hkv}, M), got "
+            f"{tuple(getattr(page_table, 'shape', ()))}")
     check_int32("page_table", page_table, tuple(page_table.shape))
     check_int32("n_pages", n_pages, (b, hkv))
     check_int32("last_page_tokens", last_page_tokens, (b,))
@@ -178,30 +180,45 @@ def _check_args(
                 last_page_tokens=last_page_tokens)
     if validate and not q.is_cuda:
         m = page_table.shape[2]
-        require(bool(((n_pages >= 0) & (n_pages <= m)).all()), f"n_pages must lie in [0, M={m}]")
+        require(bool(((n_pages >= 0) & (n_pages <= m)).all()), lambda: f"n_pages must lie in [0, M={m}]")
         require(bool(((last_page_tokens >= 1) & (last_page_tokens <= page_size)).all()),
-                f"last_page_tokens must lie in [1, p={page_size}]")
+                lambda: f"last_page_tokens must lie in [1, p={page_size}]")
         listed = torch.arange(m, device=q.device) < n_pages[..., None]
         slots = page_table[listed]
         require(bool(((slots >= 0) & (slots < n_slots)).all()),
-                f"listed page_table entries must be slot ids in [0, n_slots={n_slots})")
+                lambda: f"listed page_table entries must be slot ids in [0, n_slots={n_slots})")
     return b, hkv, hq // hkv, page_size, d
 
 
-def _gather_head_pages(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """cache (n_slots, p, Hkv, d) NHD, slots (b, Hkv, M) int64 -> (b, Hkv, M, p, d): slot [i, h, j], head h.
+@functools.lru_cache(maxsize=32)
+def _row_offsets(page_size: int, hkv: int, device: torch.device) -> torch.Tensor:
+    """(1, Hkv, 1, p) int64: row of token t of head h within a slot of an NHD cache viewed as (-1, d)."""
+    tokens = torch.arange(page_size, device=device) * hkv
+    return (tokens[None, :] + torch.arange(hkv, device=device)[:, None]).view(1, hkv, 1, page_size)
 
-    A contiguous cache is gathered as rows of d elements (one index_select, ~10x faster on CPU than
-    advanced indexing over the strided head axis); any other layout through advanced indexing.
+
+@functools.lru_cache(maxsize=32)
+def _positions(n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(n, device=device)
+
+
+def _gather_head_pages(
+    caches: tuple[torch.Tensor, ...], slots: torch.Tensor, n_tokens: int
+) -> list[torch.Tensor]:
+    """Each cache (n_slots, p, Hkv, d) NHD, slots (b, Hkv, M) int64 -> (b, Hkv, n_tokens, d) per cache: the
+    first n_tokens (<= M * p) tokens of the slots [i, h, :] for head h, in table order.
+
+    Contiguous caches are gathered as rows of d elements by one index_select each (~10x faster on CPU than
+    advanced indexing over the strided head axis), with the row ids computed once for all caches.
     """
     b, hkv, m = slots.shape
-    _, page_size, _, d = cache.shape
-    heads = torch.arange(hkv, device=cache.device)[None, :, None]
-    if not cache.is_contiguous():
-        return cache[slots, :, heads, :]
-    tokens = torch.arange(page_size, device=cache.device)
-    rows = (slots[..., None] * page_size + tokens) * hkv + heads[..., None]  # (b, Hkv, M, p)
-    return cache.view(-1, d).index_select(0, rows.reshape(-1)).view(b, hkv, m, page_size, d)
+    _, page_size, _, d = caches[0].shape
+    if not all(c.is_contiguous() for c in caches):
+        heads = torch.arange(hkv, device=slots.device)[None, :, None]
+        return [c[slots, :, heads, :].reshape(b, hkv, m * page_size, d)[:, :, :n_tokens] for c in caches]
+    rows = slots[..., None] * (page_size * hkv) + _row_offsets(page_size, hkv, slots.device)  # (b, Hkv, M, p)
+    rows = rows.reshape(b, hkv, m * page_size)[:, :, :n_tokens].reshape(-1)
+    return [c.view(-1, d).index_select(0, rows).view(b, hkv, n_tokens, d) for c in caches]
 
 
 def sparse_decode_attention_reference(
@@ -210,36 +227,31 @@ def sparse_decode_attention_reference(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Plain-torch sparse decode attention (gathers the listed pages, masked softmax in fp32).
 
+    The listed tokens of a (b, h) row are a prefix of its M * p table positions (full pages, then the
+    last page's tokens): the longest prefix is gathered, and the positions past a row's own count are
+    masked (no mask when every row lists the same number of tokens). Table entries past n_pages are
+    clamped into the cache before the gather.
+
     validate=False skips the value checks of the table (shapes and dtypes are still checked): for callers
     that build the table themselves, such as the runtime's paged store on its hot path.
     """
     b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
                                               validate)
-    m = page_table.shape[2]
-    listed = torch.arange(m, device=q.device) < n_pages[..., None]  # (b, Hkv, M)
-    slots = torch.where(listed, page_table, 0).long()
-    k = _gather_head_pages(k_cache, slots).float()  # (b, Hkv, M, p, d)
-    v = _gather_head_pages(v_cache, slots).float()
-    is_last = torch.arange(m, device=q.device) == (n_pages[..., None] - 1)
-    n_tok = torch.where(is_last, last_page_tokens[:, None, None], page_size)
-    n_tok = torch.where(listed, n_tok, 0)  # (b, Hkv, M)
-    valid = torch.arange(page_size, device=q.device) < n_tok[..., None]  # (b, Hkv, M, p)
-    k = k.reshape(b, hkv, m * page_size, d)
-    v = v.reshape(b, hkv, m * page_size, d)
-    valid = valid.reshape(b, hkv, 1, m * page_size)
-    qf = q.float().reshape(b, hkv, group, d)
-    s = (qf @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (b, Hkv, G, M*p)
-    s = s.masked_fill(~valid, float("-inf"))
-    s_max = s.amax(dim=-1, keepdim=True)
-    s_max = torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max))
-    e = torch.exp(s - s_max)
-    denom = e.sum(dim=-1, keepdim=True)
-    out = (e @ v) / torch.where(denom > 0, denom, torch.ones_like(denom))
+    n_valid = ((n_pages - 1) * page_size + last_page_tokens[:, None]).clamp(min=0)  # (b, Hkv) tokens listed
+    lo, hi = (int(x) for x in torch.aminmax(n_valid)) if n_valid.numel() else (0, 0)
+    slots = page_table.clamp(0, max(0, k_cache.shape[0] - 1)).long()
+    k, v = (t.float() for t in _gather_head_pages((k_cache, v_cache), slots, hi))  # (b, Hkv, hi, d)
+    qf = q.float().reshape(b, hkv, group, d) * (1.0 / math.sqrt(d))
+    s = qf @ k.transpose(-1, -2)  # (b, Hkv, G, hi)
+    if lo < hi:
+        s = s.masked_fill((_positions(hi, q.device) >= n_valid[..., None])[:, :, None], float("-inf"))
+    out = torch.softmax(s, dim=-1) @ v
+    if lo == 0:  # rows with nothing listed: the softmax is NaN there, the output 0
+        out = torch.where((n_valid > 0)[..., None, None], out, 0.0)
     out = out.reshape(b, hkv * group, d).to(q.dtype)
     if not return_lse:
         return out
-    lse = torch.where(denom > 0, s_max + torch.log(denom), torch.full_like(denom, float("-inf")))
-    return out, lse.reshape(b, hkv * group)
+    return out, torch.logsumexp(s, dim=-1).reshape(b, hkv * group)
 
 
 @functools.lru_cache(maxsize=16)
@@ -271,7 +283,7 @@ def sparse_decode_attention_triton(
     if num_splits is None:
         num_splits = _default_splits(q, b, hkv, max_pages)
     require(isinstance(num_splits, int) and num_splits >= 1,
-            f"num_splits must be an int >= 1, got {num_splits!r}")
+            lambda: f"num_splits must be an int >= 1, got {num_splits!r}")
     pages_per_split = max(1, math.ceil(max_pages / num_splits))
     num_splits = max(1, math.ceil(max_pages / pages_per_split))
     split = num_splits > 1

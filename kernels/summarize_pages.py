@@ -56,13 +56,13 @@ def _valid_tensor(k_pages: torch.Tensor, n_valid_tokens: torch.Tensor | int | No
         n_valid_tokens = page_size
     if isinstance(n_valid_tokens, int):
         require(1 <= n_valid_tokens <= page_size,
-                f"n_valid_tokens must lie in [1, p={page_size}], got {n_valid_tokens}")
+                lambda: f"n_valid_tokens must lie in [1, p={page_size}], got {n_valid_tokens}")
         return torch.full((n,), n_valid_tokens, dtype=torch.int32, device=k_pages.device)
     check_int32("n_valid_tokens", n_valid_tokens, (n,))
     same_device(k_pages=k_pages, n_valid_tokens=n_valid_tokens)
     if not n_valid_tokens.is_cuda:
         require(bool(((n_valid_tokens >= 1) & (n_valid_tokens <= page_size)).all()),
-                f"n_valid_tokens must lie in [1, p={page_size}]")
+                lambda: f"n_valid_tokens must lie in [1, p={page_size}]")
     return n_valid_tokens
 
 

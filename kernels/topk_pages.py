@@ -51,9 +51,10 @@ def _topk_pages_kernel(
 
 def _check_args(scores: torch.Tensor, k: int) -> None:
     require(isinstance(scores, torch.Tensor) and scores.dim() == 3,
-            f"scores must be a (b, Hkv, P) tensor, got {getattr(scores, 'shape', type(scores).__name__)}")
-    require(scores.is_floating_point(), f"scores must be a float tensor, got {scores.dtype}")
-    require(isinstance(k, int) and k >= 0, f"k must be a non-negative int, got {k!r}")
+            lambda: "scores must be a (b, Hkv, P) tensor, got "
+            f"{getattr(scores, 'shape', type(scores).__name__)}")
+    require(scores.is_floating_point(), lambda: f"scores must be a float tensor, got {scores.dtype}")
+    require(isinstance(k, int) and k >= 0, lambda: f"k must be a non-negative int, got {k!r}")
 
 
 def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
