@@ -21,7 +21,8 @@ sequence i start at i * (S + W + K): [0, S) sink pages, [S, S + W) the window ri
 S + n % W), [S + W, S + W + K) the cache of selected pages. A selected slot holds a different page for
 each KV head: `resident` (b, Hkv, K) int64 (host) maps slot -> page id, -1 = empty.
 Host memory (HND, one contiguous (2, p, d) run per KV head and page): pool (b, cap, Hkv, 2, p, d),
-pinned on CUDA, grows by `pool_chunk_pages`. Summaries (device): kmin, kmax (b, Hkv, cap, d).
+pinned on CUDA, grown to a quarter more than it must hold, in whole `pool_chunk_pages` (amortised O(1)
+copies per page). Summaries (device): kmin, kmax (b, Hkv, cap, d).
 """
 
 from __future__ import annotations
@@ -43,13 +44,11 @@ class PageTable:
     order, built on first access from a snapshot of the residency (the hot path never reads them).
     """
 
-    def __init__(self, table: np.ndarray, n_pages: np.ndarray, last_page_tokens: int, page_size: int,
-                 sink: np.ndarray, resident: np.ndarray, window: np.ndarray, device: torch.device) -> None:
-        b = table.shape[0]
-        self.table = torch.from_numpy(table).to(device)
-        self.n_pages = torch.from_numpy(n_pages).to(device)
-        self.last_page_tokens = torch.full((b,), last_page_tokens, dtype=torch.int32, device=device)
-        self.attended_tokens = ((n_pages - 1) * page_size + last_page_tokens).astype(np.int32)
+    def __init__(self, table: torch.Tensor, n_pages: torch.Tensor, n_pages_host: np.ndarray,
+                 last_page_tokens: torch.Tensor, last_page_tokens_host: int, page_size: int, sink: np.ndarray,
+                 resident: np.ndarray, window: np.ndarray) -> None:
+        self.table, self.n_pages, self.last_page_tokens = table, n_pages, last_page_tokens
+        self.attended_tokens = ((n_pages_host - 1) * page_size + last_page_tokens_host).astype(np.int32)
         self._parts = (sink, resident, window)
         self._pages: list[list[np.ndarray]] | None = None
 
@@ -86,6 +85,9 @@ class PagedKVStore:
         self.kmax = torch.empty_like(self.kmin)
         self.offload_event: torch.cuda.Event | None = None
         self.n_tokens = 0
+        self._bounds: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._steady_table: tuple | None = None  # (cur_page, table, n_pages, n_pages host, sink, window)
+        self._last_page_tokens: dict[int, torch.Tensor] = {}
         # (b, Hkv, n_tokens, d) copy of every key, only to measure the dense attention mass.
         self.full_keys = torch.empty((batch_size, n_kv_heads, 0, head_dim), dtype=dtype, device=device) \
             if keep_full_keys else None
@@ -115,10 +117,14 @@ class PagedKVStore:
         return lo, max(lo, self.cur_page - self.window + 1)
 
     def candidate_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """page_lo, page_hi (b,) int32 on the device, as `kernels.page_scores` takes them."""
-        lo, hi = self.candidate_range()
-        full = torch.full((self.b,), 0, dtype=torch.int32, device=self.device)
-        return full + lo, full + hi
+        """page_lo, page_hi (b,) int32 on the device, as `kernels.page_scores` takes them (made once per
+        candidate range: they change once per p tokens)."""
+        key = self.candidate_range()
+        if self._bounds is None or self._bounds[0] != key:
+            bounds = torch.tensor([[key[0]] * self.b, [key[1]] * self.b], dtype=torch.int32,
+                                  device=self.device)
+            self._bounds = (key, (bounds[0], bounds[1]))
+        return self._bounds[1]
 
     def local_slot(self, page: int) -> int:
         """Slot (within a sequence) of a sink or window page."""
@@ -186,15 +192,17 @@ class PagedKVStore:
         page, offset = divmod(pos, self.p)
         if offset == 0 and page - self.window >= self.sink:
             self._keep_leaving_page(page - self.window)
-        idx = self._seq_base + self.local_slot(page)
-        self.k_slots[idx, offset] = k[:, :, 0]
-        self.v_slots[idx, offset] = v[:, :, 0]
+        local = self.local_slot(page)
+        shape = (self.b, self.slots_per_seq, *self.k_slots.shape[1:])
+        self.k_slots.view(shape)[:, local, offset] = k[:, :, 0]  # basic indexing: no index tensors
+        self.v_slots.view(shape)[:, local, offset] = v[:, :, 0]
         self.n_tokens += 1
         if self.full_keys is not None:
             self.full_keys = torch.cat([self.full_keys, k], dim=2)
         if offset + 1 < self.p:
             return None
         self._ensure_capacity(page + 1)
+        idx = self._seq_base + local
         k_pages, v_pages = self.k_slots[idx], self.v_slots[idx]  # (b, p, Hkv, d)
         kmin, kmax = summarize_pages(k_pages)
         self.kmin[:, :, page], self.kmax[:, :, page] = kmin, kmax
@@ -231,12 +239,12 @@ class PagedKVStore:
             self.offload_event = st.record(st.offload)
 
     def _ensure_capacity(self, n_pages: int) -> None:
-        """Grow the host pool and the summaries to hold n_pages pages (in chunks)."""
+        """Grow the host pool and the summaries to hold n_pages pages plus a quarter (in whole chunks)."""
         cap = self.pool.shape[1]
         if n_pages <= cap:
             return
         chunk = self.pool_chunk_pages
-        new_cap = -(-n_pages // chunk) * chunk
+        new_cap = -(-(n_pages + n_pages // 4) // chunk) * chunk  # 25% headroom: amortised O(1) per page
         if self.streams.is_cuda:  # in-flight offloads/recalls use the old pool: let them finish (rare)
             torch.cuda.synchronize(self.device)
         pool = host_empty((self.b, new_cap, *self.pool.shape[2:]), self.dtype, self.device)
@@ -254,31 +262,48 @@ class PagedKVStore:
 
         Built with whole-array numpy ops over (b, Hkv): row [i, h] = sink slots, the selected slots j with
         resident[i, h, j] >= 0 in slot order, window slots; zeros past n_pages[i, h]. When every selected
-        slot is held (the steady state once the context exceeds the budget) all rows are the same slots.
+        slot is held (the steady state once the context exceeds the budget) all rows are the same slots
+        whatever pages they hold, so that table is made once per newest page and reused.
         """
-        sink = np.arange(min(self.sink, self.cur_page + 1), dtype=np.int64)
-        window = np.asarray(self.window_page_ids(), dtype=np.int64)
+        held = self.resident >= 0  # (b, Hkv, K)
+        steady = bool(held.all())
+        if steady and self._steady_table is not None and self._steady_table[0] == self.cur_page:
+            _, table_t, n_pages_t, n_pages, sink, window = self._steady_table
+        else:
+            sink = np.arange(min(self.sink, self.cur_page + 1), dtype=np.int64)
+            window = np.asarray(self.window_page_ids(), dtype=np.int64)
+            table, n_pages = self._build_table(held, sink, window)
+            table_t = torch.from_numpy(table).to(self.device)
+            n_pages_t = torch.from_numpy(n_pages).to(self.device)
+            if steady:
+                self._steady_table = (self.cur_page, table_t, n_pages_t, n_pages, sink, window)
+        last = self.last_page_tokens
+        if last not in self._last_page_tokens:
+            self._last_page_tokens[last] = torch.full((self.b,), last, dtype=torch.int32, device=self.device)
+        return PageTable(table_t, n_pages_t, n_pages, self._last_page_tokens[last], last, self.p, sink,
+                         self.resident.copy(), window)
+
+    def _build_table(
+        self, held: np.ndarray, sink: np.ndarray, window: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(table (b, Hkv, M) int32 slot ids, n_pages (b, Hkv) int32) for the residency mask held."""
         n_sink, n_window = len(sink), len(window)
         base = (np.arange(self.b, dtype=np.int64) * self.slots_per_seq)[:, None, None]  # (b, 1, 1)
         window_slots = self.sink + window % self.window
-        held = self.resident >= 0  # (b, Hkv, K)
         if held.all():
             row = np.concatenate((sink, self.selected_slot(np.arange(self.k_sel)), window_slots))
             table = np.repeat(base + row, self.n_kv, axis=1)  # (b, Hkv, M)
-            n_pages = np.full((self.b, self.n_kv), len(row), dtype=np.int32)
-        else:
-            n_held = held.sum(axis=2)  # (b, Hkv)
-            held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
-            table = np.zeros((self.b, self.n_kv, n_sink + n_window + self.k_sel), dtype=np.int64)
-            table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
-            selected = base + self.selected_slot(held_first)
-            table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],
-                                                                   selected, 0)
-            window_at = n_sink + n_held[..., None] + np.arange(n_window)  # (b, Hkv, W') positions
-            np.put_along_axis(table, window_at, np.broadcast_to(base + window_slots, window_at.shape), axis=2)
-            n_pages = (n_sink + n_held + n_window).astype(np.int32)
-        return PageTable(table.astype(np.int32), n_pages, self.last_page_tokens, self.p, sink,
-                         self.resident.copy(), window, self.device)
+            return table.astype(np.int32), np.full((self.b, self.n_kv), len(row), dtype=np.int32)
+        n_held = held.sum(axis=2)  # (b, Hkv)
+        held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
+        table = np.zeros((self.b, self.n_kv, n_sink + n_window + self.k_sel), dtype=np.int64)
+        table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
+        selected = base + self.selected_slot(held_first)
+        table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],
+                                                               selected, 0)
+        window_at = n_sink + n_held[..., None] + np.arange(n_window)  # (b, Hkv, W') positions
+        np.put_along_axis(table, window_at, np.broadcast_to(base + window_slots, window_at.shape), axis=2)
+        return table.astype(np.int32), (n_sink + n_held + n_window).astype(np.int32)
 
 
 class DenseKVStore:

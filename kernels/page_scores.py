@@ -145,11 +145,26 @@ def page_scores_reference(
 
     Uses max(q*a, q*c) = max(q, 0)*a + min(q, 0)*c for a >= c, which turns the bound into two
     matmuls over the summaries as they are (no elementwise pass over the (b, Hkv, P, d) tensors).
+    When every sequence has the same candidate range (a runtime batch always has) only the candidate
+    pages are scored and no mask is built; otherwise the non-candidates are masked per sequence.
     """
     b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
     qf = q.float().reshape(b * hkv, group, d) * (1.0 / math.sqrt(d))
     kmax_t = kmax.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
     kmin_t = kmin.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
+    los, his = set(page_lo.tolist()), set(page_hi.tolist())
+    if b and len(los) == len(his) == 1:
+        lo = min(max(los.pop(), 0), n_pages)
+        hi = min(max(his.pop(), lo), n_pages)
+        out = torch.full((b, hkv, n_pages), float("-inf"), device=q.device)
+        if hi > lo:
+            scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t[..., lo:hi], qf.clamp(max=0), kmin_t[..., lo:hi])
+            scores = scores.view(b, hkv, group, hi - lo)
+            if pooling == "max":
+                out[:, :, lo:hi] = scores.amax(dim=2)
+            else:
+                out[:, :, lo:hi] = torch.softmax(scores, dim=-1).sum(dim=2) / group
+        return out
     scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t, qf.clamp(max=0), kmin_t).view(b, hkv, group, n_pages)
     pages = torch.arange(n_pages, device=q.device)
     outside = ((pages < page_lo[:, None]) | (pages >= page_hi[:, None]))[:, None, :]  # (b, 1, P)
@@ -157,7 +172,7 @@ def page_scores_reference(
         return scores.amax(dim=2).masked_fill(outside, float("-inf")).contiguous()
     # a row without candidates is NaN after the softmax and -inf after the final fill
     probs = torch.softmax(scores.masked_fill(outside[:, :, None], float("-inf")), dim=-1)
-    return probs.mean(dim=2).masked_fill(outside, float("-inf")).contiguous()
+    return (probs.sum(dim=2) / group).masked_fill(outside, float("-inf")).contiguous()
 
 
 def page_scores_triton(

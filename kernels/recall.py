@@ -88,18 +88,9 @@ def recall_hnd_to_nhd_reference(
     that build the ids themselves, such as the runtime's recall engine on its hot path.
     """
     _check_args(staging, head_ids, slot_ids, k_cache, v_cache, validate)
-    n, _, page_size, d = staging.shape
-    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        slots, heads = slot_ids.long(), head_ids.long()
-        k_cache[slots, :, heads, :] = staging[:, 0]
-        v_cache[slots, :, heads, :] = staging[:, 1]
-        return
-    # contiguous caches as rows of d elements: token t of (slot, head) is row (slot * p + t) * Hkv + head
-    hkv = k_cache.shape[2]
-    tokens = torch.arange(page_size, device=staging.device) * hkv
-    rows = ((slot_ids.long() * (page_size * hkv) + head_ids.long())[:, None] + tokens).view(-1)
-    k_cache.view(-1, d).index_copy_(0, rows, staging[:, 0].reshape(n * page_size, d))
-    v_cache.view(-1, d).index_copy_(0, rows, staging[:, 1].reshape(n * page_size, d))
+    slots, heads = slot_ids.long(), head_ids.long()
+    k_cache[slots, :, heads, :] = staging[:, 0]
+    v_cache[slots, :, heads, :] = staging[:, 1]
 
 
 def recall_hnd_to_nhd_triton(

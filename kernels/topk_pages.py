@@ -58,17 +58,28 @@ def _check_args(scores: torch.Tensor, k: int) -> None:
 
 
 def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Plain-torch top-k: stable descending sort (ties keep the lower index first), -1 padding."""
+    """Plain-torch top-k: stable descending sort (ties keep the lower index first), -1 padding.
+
+    Fast path: `torch.topk` of k + 1 (its order among equal values is unspecified); when those k + 1
+    values strictly decrease in every row there is no tie to break and no -inf among the first k, so its
+    first k indices are exactly the stable order. Otherwise (ties, fewer than k + 1 candidates, NaN) the
+    full stable sort runs.
+    """
     _check_args(scores, k)
     b, hkv, n_pages = scores.shape
-    s = scores.float().nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    s = scores if scores.dtype == torch.float32 else scores.float()
+    if 0 < k < n_pages:
+        values, order = torch.topk(s, k + 1, dim=-1)
+        if bool((values[..., :-1] > values[..., 1:]).all()):
+            return order[..., :k].to(torch.int32)
+    s = s.nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     values, order = torch.sort(s, dim=-1, descending=True, stable=True)
     take = min(k, n_pages)
-    idx = torch.where(values[..., :take] > float("-inf"), order[..., :take], -1).to(torch.int32)
+    idx = order[..., :take].to(torch.int32).masked_fill_(values[..., :take] == float("-inf"), -1)
     if take < k:
         pad = torch.full((b, hkv, k - take), -1, dtype=torch.int32, device=scores.device)
         idx = torch.cat([idx, pad], dim=-1)
-    return idx.contiguous()
+    return idx
 
 
 def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:

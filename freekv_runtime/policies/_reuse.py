@@ -3,7 +3,8 @@
 FreeKV's selection marks the selected pages already resident on the GPU (hits) and evicts the
 lowest-scoring resident pages for the misses. Empty slots are used first, then the resident pages that
 were not selected, lowest score first; a selected page is never evicted. Host-side (numpy): the page ids
-are read back once per layer and step anyway, to issue the copies.
+are read back once per layer and step anyway, to issue the copies. Every function works on whole
+(b, H, ...) arrays: no per-head Python loop on the decode path.
 
 Shapes: b = batch, H = KV heads, k = pages selected (<= K), K = selected-page slots per head.
 """
@@ -14,69 +15,66 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HeadPlan", "plan_reuse", "apply_plans"]
+__all__ = ["ReusePlan", "plan_reuse", "apply_plans"]
+
+_NO_PAGE = np.iinfo(np.int64).max  # sorts after every page id
 
 
 @dataclass(frozen=True)
-class HeadPlan:
-    """One (sequence, KV head): selected (sorted int32), misses (int64, best first), their slots (K-index)."""
+class ReusePlan:
+    """The plans of a batch, per (sequence, KV head) [i, h]:
+
+    selected (b, H, k) int64: the selected page ids ascending, valid for j < n_selected[i, h];
+    missed (b, H, k) int64: the selected pages not resident, best first, valid for j < n_missed[i, h];
+    miss_slots (b, H, K) int64: eviction order of the slots (K-index); miss j goes to miss_slots[i, h, j].
+    """
 
     selected: np.ndarray
-    missed_pages: np.ndarray
+    n_selected: np.ndarray
+    missed: np.ndarray
+    n_missed: np.ndarray
     miss_slots: np.ndarray
 
-    @property
-    def missed_sorted(self) -> np.ndarray:
-        return np.sort(self.missed_pages).astype(np.int32)
+    def missed_ascending(self) -> np.ndarray:
+        """(b, H, k) int64: the misses sorted by page id, valid for j < n_missed (then _NO_PAGE)."""
+        valid = np.arange(self.missed.shape[-1]) < self.n_missed[..., None]
+        return np.sort(np.where(valid, self.missed, _NO_PAGE), axis=-1)
 
 
-def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> list[list[HeadPlan]]:
-    """Plans [b][h]. top (b, H, k) page ids best first (-1 = none); resident (b, H, K) page ids (-1 = empty);
+def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> ReusePlan:
+    """top (b, H, k) page ids best first (-1 = none); resident (b, H, K) page ids (-1 = empty);
     resident_scores (b, H, K) scores of the resident pages under the same query (ignored where empty).
 
-    Vectorised over (b, H): membership by one (b, H, k, K) comparison, the eviction order by one stable
-    lexsort (evictable slots first; among them empty slots, then lowest score; ties by slot index).
+    Membership by one (b, H, k, K) comparison; the eviction order by one stable lexsort (evictable slots
+    first; among them empty slots, then lowest score; ties by slot index); the misses packed to the front
+    in selection order by one stable argsort.
     """
     sel_valid = top >= 0  # (b, H, k)
     hits = (top[..., :, None] == resident[..., None, :]) & sel_valid[..., :, None]  # (b, H, k, K)
     missed_mask = sel_valid & ~hits.any(axis=-1)  # (b, H, k): selected, not resident
     evictable = (resident < 0) | ~hits.any(axis=-2)  # (b, H, K): empty or resident but not selected
     order_key = np.where(resident < 0, -np.inf, resident_scores)
-    eviction_order = np.lexsort((order_key, ~evictable), axis=-1)  # (b, H, K) slot indices
     top64 = top.astype(np.int64)
-    n_selected = sel_valid.sum(axis=-1)
-    n_missed = missed_mask.sum(axis=-1)
-    selected_sorted = np.sort(np.where(sel_valid, top64, np.iinfo(np.int64).max), axis=-1).astype(np.int32)
-    plans: list[list[HeadPlan]] = []
-    for i in range(top.shape[0]):
-        row = []
-        for h in range(top.shape[1]):
-            n = int(n_missed[i, h])
-            row.append(HeadPlan(selected_sorted[i, h, : n_selected[i, h]], top64[i, h][missed_mask[i, h]],
-                                eviction_order[i, h, :n].astype(np.int64)))
-        plans.append(row)
-    return plans
+    return ReusePlan(
+        selected=np.sort(np.where(sel_valid, top64, _NO_PAGE), axis=-1),
+        n_selected=sel_valid.sum(axis=-1),
+        missed=np.take_along_axis(top64, np.argsort(~missed_mask, axis=-1, kind="stable"), axis=-1),
+        n_missed=missed_mask.sum(axis=-1),
+        miss_slots=np.lexsort((order_key, ~evictable), axis=-1).astype(np.int64),
+    )
 
 
 def apply_plans(
-    plans: list[list[HeadPlan]], resident: np.ndarray, heads: np.ndarray
+    plan: ReusePlan, resident: np.ndarray, heads: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Install the misses of the (sequence, head) pairs where heads (b, H) is True into `resident` (in place).
 
-    Returns the recall list as arrays (seq, head, page, slot), slot = K-index within the head's cache.
+    Returns the recall list as arrays (seq, head, page, slot), slot = K-index within the head's cache,
+    ordered by sequence, then head, then miss (best first).
     """
-    seqs, hs, pages, slots = [], [], [], []
-    for i, h in zip(*np.nonzero(heads), strict=True):
-        plan = plans[i][h]
-        if len(plan.missed_pages) == 0:
-            continue
-        resident[i, h, plan.miss_slots] = plan.missed_pages
-        n = len(plan.missed_pages)
-        seqs.append(np.full(n, i))
-        hs.append(np.full(n, h))
-        pages.append(plan.missed_pages)
-        slots.append(plan.miss_slots)
-    if not seqs:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty
-    return tuple(np.concatenate(a).astype(np.int64) for a in (seqs, hs, pages, slots))  # type: ignore[return-value]
+    take = heads[..., None] & (np.arange(plan.missed.shape[-1]) < plan.n_missed[..., None])  # (b, H, k)
+    seq, head, j = np.nonzero(take)
+    page = plan.missed[seq, head, j]
+    slot = plan.miss_slots[seq, head, j]
+    resident[seq, head, slot] = page
+    return seq.astype(np.int64), head.astype(np.int64), page, slot

@@ -1,13 +1,15 @@
 """Collects one decode step's decisions, layer by layer, into a `StepDecisions`.
 
-Shapes: b = batch, L = layers, H = KV heads. Arrays are reset after `finish()`.
+Shapes: b = batch, L = layers, H = KV heads. Arrays are reset after `finish()`. A sparse layer's pages
+are kept as the plan's whole (b, H, k) arrays during the step and cut into per-head arrays once, in
+`finish()`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from freekv_runtime.policies._reuse import HeadPlan
+from freekv_runtime.policies._reuse import ReusePlan
 from freekv_runtime.policies.base import StepDecisions
 
 __all__ = ["StepLog"]
@@ -22,13 +24,12 @@ class StepLog:
         self._reset()
 
     def _reset(self) -> None:
-        b, n_layers, h = self.shape
         self.similarity = np.full(self.shape, np.nan, dtype=np.float32)
         self.corrected = np.zeros(self.shape, dtype=bool)
         self.attended_tokens = np.zeros(self.shape, dtype=np.int32)
         self.mass = np.full(self.shape, np.nan, dtype=np.float32) if self.measure_mass else None
-        self.selected = [[[_EMPTY] * h for _ in range(n_layers)] for _ in range(b)]
-        self.missed = [[[_EMPTY] * h for _ in range(n_layers)] for _ in range(b)]
+        # layer -> (selected ascending, n_selected, missed ascending, n_missed), each (b, H, ...)
+        self._pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def dense(self, layer: int, n_tokens: int) -> None:
         """A dense layer attended all n_tokens tokens of every sequence."""
@@ -42,19 +43,24 @@ class StepLog:
         if self.mass is not None and mass is not None:
             self.mass[:, layer] = mass
 
-    def sparse(self, layer: int, similarity: np.ndarray, corrected: np.ndarray,
-               plans: list[list[HeadPlan]]) -> None:
-        """similarity, corrected (b, H); plans[b][h] of this step's selection with q_t."""
+    def sparse(self, layer: int, similarity: np.ndarray, corrected: np.ndarray, plan: ReusePlan) -> None:
+        """similarity, corrected (b, H); plan of this step's selection with q_t."""
         self.similarity[:, layer] = similarity
         self.corrected[:, layer] = corrected
-        for i, row in enumerate(plans):
-            for h, plan in enumerate(row):
-                self.selected[i][layer][h] = plan.selected
-                self.missed[i][layer][h] = plan.missed_sorted
+        self._pages[layer] = (plan.selected, plan.n_selected, plan.missed_ascending(), plan.n_missed)
 
     def finish(self) -> StepDecisions:
+        b, n_layers, h = self.shape
+        selected = [[[_EMPTY] * h for _ in range(n_layers)] for _ in range(b)]
+        missed = [[[_EMPTY] * h for _ in range(n_layers)] for _ in range(b)]
+        for layer, (sel, n_sel, miss, n_miss) in self._pages.items():
+            sel32, miss32 = sel.astype(np.int32), miss.astype(np.int32)  # page ids < 2**31; padding cut off
+            for i in range(b):
+                for kv in range(h):
+                    selected[i][layer][kv] = sel32[i, kv, : n_sel[i, kv]]
+                    missed[i][layer][kv] = miss32[i, kv, : n_miss[i, kv]]
         out = StepDecisions(
-            similarity=self.similarity, corrected=self.corrected, selected=self.selected, missed=self.missed,
+            similarity=self.similarity, corrected=self.corrected, selected=selected, missed=missed,
             attended_tokens=self.attended_tokens, attention_mass=self.mass,
         )
         self._reset()

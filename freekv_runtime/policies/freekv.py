@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import DenseKVStore, PagedKVStore, PageTable
 from freekv_runtime.policies._dense import attention_mass, dense_decode, token_mask
-from freekv_runtime.policies._reuse import HeadPlan, apply_plans, plan_reuse
+from freekv_runtime.policies._reuse import ReusePlan, apply_plans, plan_reuse
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
     AttentionShape,
@@ -181,11 +181,11 @@ class FreeKVState(PolicyState):
         resident_scores = scores.gather(2, resident.clamp(min=0)).masked_fill(resident < 0, float("-inf"))
         return top, resident_scores.cpu().numpy()
 
-    def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> list[list[HeadPlan]]:
+    def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> ReusePlan:
         top, resident_scores = self._select(store, q_t)
         return plan_reuse(top, store.resident, resident_scores)
 
-    def _recall(self, store: PagedKVStore, plans: list[list[HeadPlan]], heads: np.ndarray,
+    def _recall(self, store: PagedKVStore, plans: ReusePlan, heads: np.ndarray,
                 convert_after: torch.cuda.Event | None) -> torch.cuda.Event | None:
         """Install and recall the misses of the (sequence, head) pairs where heads (b, Hkv) is True."""
         seq, head, page, slot = apply_plans(plans, store.resident, heads)

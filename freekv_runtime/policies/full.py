@@ -1,8 +1,9 @@
 """Full (dense) attention: every layer attends the whole KV cache. The accuracy reference of every study.
 
-The cache is one preallocated buffer pair per layer, (b, Hkv, capacity, d), grown in chunks of
-`chunk_tokens` (amortised: no reallocation per step). Prefill uses SDPA with a causal mask; decode
-attends over all cached tokens. GQA is handled by SDPA's `enable_gqa` (no repeated K/V copies).
+The cache is one preallocated buffer pair per layer, (b, Hkv, capacity, d), grown to a quarter more than
+it must hold, in whole `chunk_tokens` (amortised: no reallocation per step, O(1) copies per token).
+Prefill uses SDPA with a causal mask; decode attends over all cached tokens. GQA is handled by SDPA's
+`enable_gqa` (no repeated K/V copies).
 
 Shapes: b = batch, Hq / Hkv = query / KV heads, T = new tokens, N = cached tokens, d = head dim,
 L = layers.
@@ -64,7 +65,7 @@ class DenseKVCache:
         return self.keys[layer][:, :, :n_total], self.values[layer][:, :, :n_total]
 
     def _grow(self, layer: int, n_needed: int) -> None:
-        chunks = -(-n_needed // self.chunk_tokens)
+        chunks = -(-(n_needed + n_needed // 4) // self.chunk_tokens)  # 25% headroom: amortised O(1)
         old_k, old_v = self.keys[layer], self.values[layer]
         b, h, n_old, d = old_k.shape
         size = (b, h, chunks * self.chunk_tokens, d)

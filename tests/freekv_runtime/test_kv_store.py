@@ -126,18 +126,22 @@ def test_window_life_cycle(selected: int, sink: int) -> None:
     assert offloaded == [5, 6]
 
 
-def test_pool_grows_in_chunks_and_keeps_pages() -> None:
+def test_pool_grows_with_headroom_in_chunks_and_keeps_pages() -> None:
+    """Capacity = n + n // 4 pages rounded up to whole chunks (2 here): 3 -> 4, 5 -> 6, 7 -> 8, 9 -> 12."""
     p = 8
     k, v = random_kv(3 * p + 2, seed=3)
     store = make_store(p, sink=1, window=1, selected=1, chunk=2)
     store.prefill(k, v)
     assert store.pool.shape[1] == 4
     g = torch.Generator().manual_seed(4)
+    caps = set()
     for _ in range(6 * p):
         k1, v1 = torch.randn(B, HKV, 1, D, generator=g), torch.randn(B, HKV, 1, D, generator=g)
         store.append(k1, v1)
+        caps.add(store.pool.shape[1])
         k, v = torch.cat([k, k1], dim=2), torch.cat([v, v1], dim=2)
-    assert store.n_full_pages == 9 and store.pool.shape[1] == 10
+    assert store.n_full_pages == 9 and caps == {4, 6, 8, 12}
+    assert store.kmin.shape[2] == store.kmax.shape[2] == 12
     check_host_pool(store, k, v)
 
 

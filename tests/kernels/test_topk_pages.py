@@ -52,6 +52,27 @@ def test_reference_matches_python_sort(gen):
                 assert got[i, h].tolist() == _python_topk(s[i, h].tolist(), k)
 
 
+@pytest.mark.parametrize("tail", ["distinct", "ties_after_k", "tie_at_boundary", "inf_in_top"])
+def test_reference_fast_and_sorted_paths_match_python_sort(gen, tail):
+    """Distinct top values (topk fast path), ties only past the first k + 1, a tie between the k-th and
+    (k + 1)-th value, and +inf among the top (both take the stable sort)."""
+    k = 6
+    s = torch.randn(2, 3, 40, generator=gen)
+    s[:, :, :2] = float("-inf")
+    if tail == "ties_after_k":
+        order = s.argsort(dim=-1, descending=True)
+        s.scatter_(-1, order[..., k + 1 :], 0.0 * s.gather(-1, order[..., k + 1 :]) - 5.0)
+    elif tail == "tie_at_boundary":
+        order = s.argsort(dim=-1, descending=True)
+        s.scatter_(-1, order[..., k : k + 1], s.gather(-1, order[..., k - 1 : k]))
+    elif tail == "inf_in_top":
+        s[0, 1, 30] = s[0, 1, 31] = float("inf")
+    got = topk_pages_reference(s, k)
+    for i in range(2):
+        for h in range(3):
+            assert got[i, h].tolist() == _python_topk(s[i, h].tolist(), k)
+
+
 def test_rows_beyond_the_triton_limit_fall_back(gen):
     s = torch.randn(1, 1, MAX_TRITON_PAGES + 3, generator=gen)
     assert torch.equal(topk_pages_triton(s, 5), topk_pages_reference(s, 5))
