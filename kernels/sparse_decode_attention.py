@@ -237,17 +237,23 @@ def sparse_decode_attention_reference(
     """
     b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
                                               validate)
-    n_valid = ((n_pages - 1) * page_size + last_page_tokens[:, None]).clamp(min=0)  # (b, Hkv) tokens listed
-    lo, hi = (int(x) for x in torch.aminmax(n_valid)) if n_valid.numel() else (0, 0)
-    slots = page_table.clamp(0, max(0, k_cache.shape[0] - 1)).long()
-    k, v = (t.float() for t in _gather_head_pages((k_cache, v_cache), slots, hi))  # (b, Hkv, hi, d)
+    m = page_table.shape[2]
+    # tokens listed per (b, h), counted on the host (a few ints; a device sync where q is on CUDA)
+    lasts, listed = last_page_tokens.tolist(), n_pages.tolist()
+    counts = [[max(0, (n - 1) * page_size + lasts[i]) for n in row] for i, row in enumerate(listed)]
+    lo, hi = min(map(min, counts), default=0), max(map(max, counts), default=0)
+    # entries past n_pages may hold anything: clamp them into the cache (their tokens are masked)
+    every_entry_listed = min(map(min, listed), default=m) == m
+    slots = page_table if every_entry_listed else page_table.clamp(0, max(0, k_cache.shape[0] - 1))
+    k, v = (t.float() for t in _gather_head_pages((k_cache, v_cache), slots.long(), hi))  # (b, Hkv, hi, d)
     qf = q.float().reshape(b, hkv, group, d) * (1.0 / math.sqrt(d))
     s = qf @ k.transpose(-1, -2)  # (b, Hkv, G, hi)
-    if lo < hi:
+    if lo < hi:  # rows listing fewer tokens than the longest: mask their tail
+        n_valid = torch.tensor(counts, device=q.device)
         s = s.masked_fill((_positions(hi, q.device) >= n_valid[..., None])[:, :, None], float("-inf"))
     out = torch.softmax(s, dim=-1) @ v
-    if lo == 0:  # rows with nothing listed: the softmax is NaN there, the output 0
-        out = torch.where((n_valid > 0)[..., None, None], out, 0.0)
+    if lo == 0 and hi > 0:  # rows with nothing listed: the softmax is NaN there, the output 0
+        out = torch.where(torch.tensor(counts, device=q.device)[..., None, None] > 0, out, 0.0)
     out = out.reshape(b, hkv * group, d).to(q.dtype)
     if not return_lse:
         return out

@@ -135,7 +135,7 @@ class FreeKVState(PolicyState):
         q_t = q[:, :, 0]
         self.recaller.wait(self.pending[layer])  # the background recall of step t-1 for this layer
         with self.timer.op("correction_check"):
-            sim = query_similarity(q_t, self.q_prev[layer], self.shape.group_size).float().cpu().numpy()
+            sim = query_similarity(q_t, self.q_prev[layer], self.shape.group_size).cpu().numpy()
             corrected = sim < self.config.tau  # (b, Hkv); one small read-back per layer, as in FreeKV
         if corrected.any():
             with self.timer.op("select"):
@@ -172,10 +172,11 @@ class FreeKVState(PolicyState):
             return np.zeros((b, hkv, 0), np.int64), np.full((b, hkv, n_slots), -np.inf)
         page_lo, page_hi = store.candidate_bounds()
         scores = page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo, page_hi)
-        top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy().astype(np.int64)
+        top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy()
         if not scores.is_cuda:  # the scores are on the host already: look the resident ones up there
-            scores_host = scores.numpy()
-            held = np.take_along_axis(scores_host, np.maximum(store.resident, 0), axis=2)
+            rows = np.arange(b * hkv)[:, None]  # (b * Hkv, 1) against resident (b * Hkv, K)
+            slots = np.maximum(store.resident, 0).reshape(b * hkv, n_slots)
+            held = scores.numpy().reshape(b * hkv, -1)[rows, slots].reshape(b, hkv, n_slots)
             return top, np.where(store.resident < 0, np.float32(-np.inf), held)
         resident = torch.as_tensor(store.resident).to(scores.device)
         resident_scores = scores.gather(2, resident.clamp(min=0)).masked_fill(resident < 0, float("-inf"))
@@ -188,6 +189,8 @@ class FreeKVState(PolicyState):
     def _recall(self, store: PagedKVStore, plans: ReusePlan, heads: np.ndarray,
                 convert_after: torch.cuda.Event | None) -> torch.cuda.Event | None:
         """Install and recall the misses of the (sequence, head) pairs where heads (b, Hkv) is True."""
+        if not heads.any():
+            return None
         seq, head, page, slot = apply_plans(plans, store.resident, heads)
         slots = store.global_slots(seq, store.selected_slot(slot))
         return self.recaller.recall(store.pool, store.k_slots, store.v_slots, seq, head, page, slots,
