@@ -1,7 +1,7 @@
 """Decode ms/token of `full` and `freekv` on the real default model, and the cost of trace recording.
 
 Usage: `.venv/bin/python benchmarks/bench_decode.py [--contexts 2048,4096,8192] [--rounds 5] [--steps 4]
-[--device cpu] [--dtype float32]`.
+[--device cpu] [--dtype float32] [--tau 0.9]`.
 
 Per context: one prefill of `context` tokens of offline prose for each method, then `rounds` rounds
 in which each method decodes `steps` tokens without a recorder (the order alternates between rounds),
@@ -73,11 +73,11 @@ class _Run:
         return ms
 
 
-def _start(loaded: LoadedModel, prompt: torch.Tensor, method: str, max_tokens: int) -> _Run:
+def _start(loaded: LoadedModel, prompt: torch.Tensor, knobs: RuntimeConfig, max_tokens: int) -> _Run:
     adapter = ModelAdapter(loaded.model)
     device = adapter.device
     timer = OpTimer(device)
-    policy = make_policy(replace(KNOBS, method=method))
+    policy = make_policy(knobs)
     state = policy.new_state(adapter.shape, 1, device, loaded.dtype, timer)
     ctx = DecodeContext(adapter, state, adapter.rope_table(max_tokens), timer)
     t0 = time.perf_counter()
@@ -86,10 +86,12 @@ def _start(loaded: LoadedModel, prompt: torch.Tensor, method: str, max_tokens: i
     return _Run(ctx, token, prompt.shape[1], time.perf_counter() - t0)
 
 
-def _metadata(loaded: LoadedModel, method: str, context: int, dtype_name: str, clock: str) -> RunMetadata:
+def _metadata(
+    loaded: LoadedModel, knobs: RuntimeConfig, context: int, dtype_name: str, clock: str
+) -> RunMetadata:
     return RunMetadata(
         model=loaded.spec,
-        runtime=runtime_dict(replace(KNOBS, method=method), loaded.spec.n_layers, dtype_name),
+        runtime=runtime_dict(knobs, loaded.spec.n_layers, dtype_name),
         task={"name": "bench_decode", "context_tokens": context}, seeds={},
         device=device_string(loaded.device),
         library_versions=library_versions(), timing_clock=clock,
@@ -98,12 +100,14 @@ def _metadata(loaded: LoadedModel, method: str, context: int, dtype_name: str, c
 
 
 @torch.inference_mode()
-def bench(loaded: LoadedModel, context: int, rounds: int, steps: int, dtype_name: str) -> dict[str, dict]:
+def bench(loaded: LoadedModel, knobs: RuntimeConfig, context: int, rounds: int, steps: int,
+          dtype_name: str) -> dict[str, dict]:
     """Per method: prefill_s, plain and traced ms/token per round (interleaved with the other method)."""
     ids = loaded.tokenizer(reference_prose(), add_special_tokens=False)["input_ids"][:context]
     prompt = torch.tensor([ids], device=loaded.device)  # (1, T)
     max_tokens = context + 2 * rounds * steps + 1
-    runs = {method: _start(loaded, prompt, method, max_tokens) for method in METHODS}
+    configs = {method: replace(knobs, method=method) for method in METHODS}
+    runs = {method: _start(loaded, prompt, configs[method], max_tokens) for method in METHODS}
     plain: dict[str, list[float]] = {m: [] for m in METHODS}
     traced: dict[str, list[float]] = {m: [] for m in METHODS}
     for r in range(rounds):
@@ -111,7 +115,7 @@ def bench(loaded: LoadedModel, context: int, rounds: int, steps: int, dtype_name
             plain[method].append(runs[method].decode_ms(steps))
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         for method, run in runs.items():
-            meta = _metadata(loaded, method, context, dtype_name, run.ctx.timer.clock)
+            meta = _metadata(loaded, configs[method], context, dtype_name, run.ctx.timer.clock)
             writer = stack.enter_context(TraceWriter.create(Path(tmp) / method, meta))
             run.ctx.recorder = TraceRecorder(writer)
         for r in range(rounds):
@@ -127,18 +131,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="decode steps per method and round")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--tau", type=float, default=KNOBS.tau,
+                        help="FreeKV correction threshold (the paper: 0.8 for long input, 0.9 for long generation)")
     args = parser.parse_args()
     device = resolve_device(args.device)
     label = "GPU" if device.type == "cuda" else "CPU"
     loaded = load_model("smollm2-135m", device=device, dtype=resolve_dtype(args.dtype))
     print(f"decode ms/token, smollm2-135m {args.dtype}, {label}: {device_string(device)}, "
           f"{args.rounds} rounds x {args.steps} steps per method, medians over rounds")
-    print(f"freekv knobs: {KNOBS.to_dict()}")
+    knobs = replace(KNOBS, tau=args.tau)
+    print(f"freekv knobs: {knobs.to_dict()}")
     print("| context | method | prefill s | decode ms/token | freekv / full | with trace ms/token "
           "| trace cost |")
     print("|---|---|---|---|---|---|---|")
     for context in (int(c) for c in args.contexts.split(",")):
-        r = bench(loaded, context, args.rounds, args.steps, args.dtype)
+        r = bench(loaded, knobs, context, args.rounds, args.steps, args.dtype)
         pairs = zip(r["freekv"]["plain"], r["full"]["plain"], strict=True)
         ratio = statistics.median(f / d for f, d in pairs)
         for method in METHODS:
