@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tau", type=float, default=KNOBS.tau,
-                        help="FreeKV correction threshold (the paper: 0.8 for long input, 0.9 for long generation)")
+                        help="FreeKV's correction threshold (the paper: 0.8 long input, 0.9 long generation)")
     args = parser.parse_args()
     device = resolve_device(args.device)
     label = "GPU" if device.type == "cuda" else "CPU"
