@@ -156,7 +156,7 @@ def page_scores_reference(
     if b and len(los) == len(his) == 1:
         lo = min(max(los.pop(), 0), n_pages)
         hi = min(max(his.pop(), lo), n_pages)
-        out = torch.full((b, hkv, n_pages), float("-inf"), device=q.device)
+        out = torch.full((b, hkv, n_pages), float("-inf"), dtype=torch.float32, device=q.device)
         if hi > lo:
             scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t[..., lo:hi], qf.clamp(max=0), kmin_t[..., lo:hi])
             scores = scores.view(b, hkv, group, hi - lo)

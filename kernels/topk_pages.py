@@ -71,7 +71,7 @@ def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
     if 0 < k < n_pages:
         values, order = torch.topk(s, k + 1, dim=-1)
         if bool((values[..., :-1] > values[..., 1:]).all()):
-            return order[..., :k].to(torch.int32)
+            return order[..., :k].to(torch.int32).contiguous()
     s = s.nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     values, order = torch.sort(s, dim=-1, descending=True, stable=True)
     take = min(k, n_pages)
@@ -79,7 +79,7 @@ def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
     if take < k:
         pad = torch.full((b, hkv, k - take), -1, dtype=torch.int32, device=scores.device)
         idx = torch.cat([idx, pad], dim=-1)
-    return idx
+    return idx.contiguous()
 
 
 def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
