@@ -99,6 +99,15 @@ def _metadata(
     )
 
 
+def _interleaved(runs: dict[str, _Run], rounds: int, steps: int) -> dict[str, list[float]]:
+    """ms/token per method and round; the methods take turns, in alternating order."""
+    out: dict[str, list[float]] = {method: [] for method in runs}
+    for r in range(rounds):
+        for method in METHODS[:: 1 if r % 2 == 0 else -1]:
+            out[method].append(runs[method].decode_ms(steps))
+    return out
+
+
 @torch.inference_mode()
 def bench(loaded: LoadedModel, knobs: RuntimeConfig, context: int, rounds: int, steps: int,
           dtype_name: str) -> dict[str, dict]:
@@ -108,19 +117,13 @@ def bench(loaded: LoadedModel, knobs: RuntimeConfig, context: int, rounds: int, 
     max_tokens = context + 2 * rounds * steps + 1
     configs = {method: replace(knobs, method=method) for method in METHODS}
     runs = {method: _start(loaded, prompt, configs[method], max_tokens) for method in METHODS}
-    plain: dict[str, list[float]] = {m: [] for m in METHODS}
-    traced: dict[str, list[float]] = {m: [] for m in METHODS}
-    for r in range(rounds):
-        for method in METHODS[:: 1 if r % 2 == 0 else -1]:
-            plain[method].append(runs[method].decode_ms(steps))
+    plain = _interleaved(runs, rounds, steps)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         for method, run in runs.items():
             meta = _metadata(loaded, configs[method], context, dtype_name, run.ctx.timer.clock)
             writer = stack.enter_context(TraceWriter.create(Path(tmp) / method, meta))
             run.ctx.recorder = TraceRecorder(writer)
-        for r in range(rounds):
-            for method in METHODS[:: 1 if r % 2 == 0 else -1]:
-                traced[method].append(runs[method].decode_ms(steps))
+        traced = _interleaved(runs, rounds, steps)
     return {m: {"prefill_s": runs[m].prefill_s, "plain": plain[m], "traced": traced[m]} for m in METHODS}
 
 
