@@ -16,33 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grid_study import tiny_grid_study
 
 from dse.results import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "postgres.sh"
 
-STUDY = """\
-name: shared
-model: {name: smollm2-135m}
-tasks:
-  - {name: passkey, context_tokens: 128, samples: 1}
-search:
-  tau: [0.8, 0.85, 0.9]
-  page_size: [16]
-  budget_tokens: [96]
-  sink_tokens: [32]
-  window_tokens: [32]
-objectives:
-  - metric: passkey_accuracy
-  - latency: {hardware: a100-40g-pcie4}
-workload: {input_tokens: 4096, output_tokens: 32}
-hardware: [a100-40g-pcie4]
-trials: 3
-sampler: {name: grid, seed: 0}
-baselines: {dense: false, untuned_freekv: null}
-device: cpu
-"""
+STUDY = tiny_grid_study("shared")
 
 
 def _have_postgres() -> bool:
