@@ -72,6 +72,7 @@ __all__ = [
     "MemoryNeed",
     "CostContext",
     "Method",
+    "GroupOptionMethod",
 ]
 
 RESOURCES = ("compute", "side", "recall_sync", "recall_bg", "offload", "h2d", "d2h")
@@ -234,3 +235,24 @@ class Method(ABC):
     def prefill(self, ctx: CostContext) -> dict[str, float]:
         """Prefill seconds by operation for the whole batch (default: dense prefill of the prompt)."""
         return ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
+
+
+@dataclass(frozen=True)
+class GroupOptionMethod(Method):
+    """A method whose page sets are per query head, or per KV head when `group_consistent` (FreeKV's
+    evaluation made Quest and RaaS group-consistent); subclasses set the default."""
+
+    group_consistent: bool = False
+
+    def __post_init__(self) -> None:
+        from sim.errors import SimInputError
+
+        if not isinstance(self.group_consistent, bool):
+            raise SimInputError(
+                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
+            )
+
+    def sets_per_layer(self, model: ModelSpec) -> int:
+        """Page sets per sequence and layer (each read and kept on its own): KV heads if group-consistent,
+        else query heads."""
+        return model.n_kv_heads if self.group_consistent else model.n_qo_heads

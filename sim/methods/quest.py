@@ -27,15 +27,14 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
-from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
 from traces.models import ModelSpec
 
 __all__ = ["Quest"]
 
 
 @dataclass(frozen=True)
-class Quest(Method):
+class Quest(GroupOptionMethod):
     """Quest (module docstring). group_consistent: one page set per KV head instead of per query head."""
 
     group_consistent: bool = False
@@ -51,12 +50,6 @@ class Quest(Method):
         "pooling for accuracy (option group_consistent)",
     )
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.group_consistent, bool):
-            raise SimInputError(
-                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
-            )
-
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
             OpSpec("qkv", ("compute",)),
@@ -68,15 +61,11 @@ class Quest(Method):
             OpSpec("lm_head", ("compute",), host_sync=True),
         )
 
-    def _heads_reading(self, model: ModelSpec) -> int:
-        """Heads reading their own summaries and pages: KV heads if group-consistent, else query heads."""
-        return model.n_kv_heads if self.group_consistent else model.n_qo_heads
-
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
         dense = dem.dense_layer[None, :]
-        heads = self._heads_reading(m)
+        heads = self.sets_per_layer(m)
         pages = dem.candidate_pages.astype(np.float64)  # (S,)
         # selection: every selecting head reads 2*d summary elements per candidate page, writes an fp32
         # score per query head per page (read back by top-k)

@@ -24,15 +24,14 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
-from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
 from traces.models import ModelSpec
 
 __all__ = ["RaaS"]
 
 
 @dataclass(frozen=True)
-class RaaS(Method):
+class RaaS(GroupOptionMethod):
     """RaaS (module docstring). group_consistent: one retained set per KV head (else per query head)."""
 
     group_consistent: bool = True
@@ -47,12 +46,6 @@ class RaaS(Method):
         "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: RaaS made group-consistent (max pooling)",
     )
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.group_consistent, bool):
-            raise SimInputError(
-                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
-            )
-
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
             OpSpec("qkv", ("compute",)),
@@ -64,15 +57,11 @@ class RaaS(Method):
             OpSpec("lm_head", ("compute",), host_sync=True),
         )
 
-    def _sets(self, model: ModelSpec) -> int:
-        """Retained sets per sequence and layer: one per KV head, or one per query head."""
-        return model.n_kv_heads if self.group_consistent else model.n_qo_heads
-
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
         dense = dem.dense_layer[None, :]
-        sets = self._sets(m)
+        sets = self.sets_per_layer(m)
         context = dem.context_tokens.astype(np.float64)
         kept = np.minimum(context, cfg.budget_tokens)
         attn = cost.kernel_s(
@@ -111,5 +100,6 @@ class RaaS(Method):
         kept = min(cfg.budget_tokens, ctx_tokens)
         pages = -(-kept // cfg.page_size)
         per_set = kept * 2 * d * dt + pages * (2 * d * dt + 8)
-        gpu = n_sparse * self._sets(model) * per_set + n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
+        dense_bytes = n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
+        gpu = n_sparse * self.sets_per_layer(model) * per_set + dense_bytes
         return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu), host_per_seq_bytes=0)
