@@ -245,8 +245,7 @@ def batch_demand(
             corr = corr_src[rows]
             missed_sync[~is_main] += np.where(corr, missed, 0).sum(axis=2)
             missed_bg[~is_main] += np.where(corr, 0, missed).sum(axis=2)
-    dense = np.zeros(n_layers, dtype=bool)
-    dense[list(cfg.dense_layers)] = True
+    dense = _dense_mask(cfg, n_layers)
     selected = np.broadcast_to(per_head[:, None] * cfg.batch_size * model.n_kv_heads, (n_steps, n_layers))
     selected = np.where(dense[None], 0, selected).astype(np.int64)
     for arr in (corrected_heads, missed_sync, missed_bg):
@@ -272,11 +271,17 @@ def _context(cfg: SimConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return context, candidates, np.minimum(cfg.selected_pages, candidates)
 
 
+def _dense_mask(cfg: SimConfig, n_layers: int) -> np.ndarray:
+    """(L,) bool: the layers kept dense (indices past the model's layers are ignored, as in `memory`)."""
+    dense = np.zeros(n_layers, dtype=bool)
+    dense[[x for x in cfg.dense_layers if x < n_layers]] = True
+    return dense
+
+
 def _empty_batch_demand(cfg: SimConfig, model: ModelSpec) -> BatchDemand:
     context, candidates, per_head = _context(cfg)
     zeros = np.zeros((cfg.output_tokens, model.n_layers), dtype=np.int64)
-    dense = np.zeros(model.n_layers, dtype=bool)
-    dense[[x for x in cfg.dense_layers if x < model.n_layers]] = True
+    dense = _dense_mask(cfg, model.n_layers)
     return BatchDemand(
         context_tokens=context,
         candidate_pages=candidates,
