@@ -17,7 +17,16 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
 from traces.models import ModelSpec
 
-__all__ = ["Dense"]
+__all__ = ["Dense", "DENSE_LAYER_OPS"]
+
+# One decoder layer with attention over the KV on the GPU: no selection, no transfers.
+DENSE_LAYER_OPS = (
+    OpSpec("qkv", ("compute",)),
+    OpSpec("attention", ("compute",)),
+    OpSpec("out_proj", ("compute",)),
+    OpSpec("ffn", ("compute",)),
+    OpSpec("lm_head", ("compute",), host_sync=True),
+)
 
 
 @dataclass(frozen=True)
@@ -31,13 +40,7 @@ class Dense(Method):
     )
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("attention", ("compute",)),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
-        )
+        return DENSE_LAYER_OPS
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cost = ctx.cost

@@ -24,6 +24,7 @@ import numpy as np
 from sim.config import SimConfig
 from sim.errors import SimInputError
 from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
+from sim.methods.dense import DENSE_LAYER_OPS
 from traces.models import ModelSpec
 
 __all__ = ["RazorAttention"]
@@ -51,13 +52,7 @@ class RazorAttention(Method):
             raise SimInputError(f"method_options.retrieval_fraction must be in [0, 1], got {f!r}")
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("attention", ("compute",)),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
-        )
+        return DENSE_LAYER_OPS  # same layer as dense: only the attended tokens differ
 
     def kept_tokens(self, context: np.ndarray | int, budget_tokens: int) -> np.ndarray:
         """Tokens kept per KV head on average at `context` tokens (retrieval heads keep all)."""
