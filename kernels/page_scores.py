@@ -44,6 +44,20 @@ def _scaled_page_bounds(q, kmin, kmax, sm_scale):
 
 
 @triton.jit
+def _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                  stride_np, stride_nd, stride_xp, stride_xd, sm_scale):
+    """For a block of page ids: (cand (BP,) bool: candidate pages, (BG, BP) scaled bounds; 0-loaded rows
+    where not a candidate)."""
+    cand = (pages >= lo) & (pages < hi) & (pages < n_pages)
+    tile_mask = cand[:, None] & d_mask[None, :]
+    kmin = tl.load(kmin_base + pages[:, None] * stride_np + offs_d[None, :] * stride_nd,
+                   mask=tile_mask, other=0.0).to(tl.float32)
+    kmax = tl.load(kmax_base + pages[:, None] * stride_xp + offs_d[None, :] * stride_xd,
+                   mask=tile_mask, other=0.0).to(tl.float32)
+    return cand, _scaled_page_bounds(q, kmin, kmax, sm_scale)
+
+
+@triton.jit
 def _page_scores_kernel(
     q_ptr, kmin_ptr, kmax_ptr, lo_ptr, hi_ptr, out_ptr,
     n_pages, group_size, head_dim, sm_scale,
@@ -76,13 +90,8 @@ def _page_scores_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     for start in range(0, n_pages, BLOCK_P):
         pages = start + offs_p
-        cand = (pages >= lo) & (pages < hi) & (pages < n_pages)
-        tile_mask = cand[:, None] & d_mask[None, :]
-        kmin = tl.load(kmin_base + pages[:, None] * stride_np + offs_d[None, :] * stride_nd,
-                       mask=tile_mask, other=0.0).to(tl.float32)
-        kmax = tl.load(kmax_base + pages[:, None] * stride_xp + offs_d[None, :] * stride_xd,
-                       mask=tile_mask, other=0.0).to(tl.float32)
-        s = _scaled_page_bounds(q, kmin, kmax, sm_scale)
+        cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                                stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
         s = tl.where(cand[None, :], s, float("-inf"))
         if POOL_MAX:
             pooled = tl.max(tl.where(g_mask[:, None], s, float("-inf")), axis=0)
@@ -99,13 +108,8 @@ def _page_scores_kernel(
         inv_l = 1.0 / tl.where(l_i > 0.0, l_i, 1.0)
         for start in range(0, n_pages, BLOCK_P):
             pages = start + offs_p
-            cand = (pages >= lo) & (pages < hi) & (pages < n_pages)
-            tile_mask = cand[:, None] & d_mask[None, :]
-            kmin = tl.load(kmin_base + pages[:, None] * stride_np + offs_d[None, :] * stride_nd,
-                           mask=tile_mask, other=0.0).to(tl.float32)
-            kmax = tl.load(kmax_base + pages[:, None] * stride_xp + offs_d[None, :] * stride_xd,
-                           mask=tile_mask, other=0.0).to(tl.float32)
-            s = _scaled_page_bounds(q, kmin, kmax, sm_scale)
+            cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                                    stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
             p = tl.exp(s - m_safe[:, None]) * inv_l[:, None]
             p = tl.where(g_mask[:, None] & cand[None, :], p, 0.0)
             pooled = tl.sum(p, axis=0) / group_size
