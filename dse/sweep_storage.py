@@ -115,11 +115,16 @@ def pid_alive(pid: int) -> bool:
 
 def requeue(ostudy: Any, trial: Any) -> None:
     """Add a WAITING trial with the parameters of the interrupted `trial` (as enqueue_trial does), keeping
-    the grid cell of a GridSampler trial so that the sampler's bookkeeping stays whole."""
+    the grid cell of a GridSampler trial so that the sampler's bookkeeping stays whole.
+
+    A worker killed while sampling leaves some or none of the parameters: a grid trial is re-queued with
+    its cell anyway (the grid counts a failed trial's cell as visited, so it would never be drawn
+    again), and the parameters it had drawn are kept fixed."""
     import optuna
 
-    params = trial.params or trial.system_attrs.get("fixed_params")  # killed after or before sampling
-    if not params:
+    # killed before, during or after sampling: what was fixed for it (a re-queued trial) and what it drew
+    params = {**trial.system_attrs.get("fixed_params", {}), **trial.params}
+    if not params and "grid_id" not in trial.system_attrs:
         return  # nothing was sampled: the sampler draws afresh
     system_attrs: dict[str, Any] = {"fixed_params": dict(params)}
     for key in ("grid_id", "search_space"):
