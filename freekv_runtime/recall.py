@@ -8,9 +8,9 @@ convert stream). Events order the two streams (a buffer is refilled only after i
 one final event per recall lets exactly the layer that needs the pages wait for them
 (`RecallEngine.wait`), so no other work waits on a recall.
 
-On the CPU the same loop runs synchronously (same chunks, conversions and bytes), except that each
-chunk's runs are gathered into its staging buffer by one indexed copy instead of one copy per
-head-page: every decision and every count is identical; only the overlap is absent. The CUDA
+On the CPU host and "device" memory are one: a recall copies each run straight from the pool into its
+cache slot, HND->NHD, in one compiled pass (`kernels.recall_runs_cpu`) with no staging copy. Every
+decision and every count (head-pages, bytes) is the same as on a GPU; only the overlap is absent. The CUDA
 stream/event/pinned-memory path is written for a GPU but was NOT run on one during development (no GPU
 on the build machine).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kernels import recall_hnd_to_nhd
+from kernels import recall_hnd_to_nhd, recall_runs_cpu
 
 __all__ = ["DeviceStreams", "RecallEngine", "RecallStats", "host_empty"]
 
@@ -79,10 +79,15 @@ class RecallEngine:
 
     def __init__(
         self, streams: DeviceStreams, n_kv_heads: int, page_size: int, head_dim: int, dtype: torch.dtype,
-        staging_pages: int = 64,
+        staging_pages: int = 64, staged: bool | None = None,
     ) -> None:
+        """staged: recall through the staging double buffer (None: on CUDA only; True on the CPU runs that
+        path synchronously, e.g. to test it there)."""
         if staging_pages < 1:
             raise ValueError(f"staging_pages must be >= 1, got {staging_pages}")
+        self.staged = streams.is_cuda if staged is None else staged
+        if streams.is_cuda and not self.staged:
+            raise ValueError("a CUDA recall goes through the staging buffers: staged must not be False")
         self.streams = streams
         self.page_size = page_size
         self.head_dim = head_dim
@@ -90,7 +95,8 @@ class RecallEngine:
         self.staging_pages = staging_pages
         self.head_page_bytes = 2 * page_size * head_dim * torch.empty((), dtype=dtype).element_size()
         shape = (staging_pages, 2, page_size, head_dim)
-        self._staging = [torch.empty(shape, dtype=dtype, device=streams.device) for _ in range(2)]
+        self._staging = [torch.empty(shape, dtype=dtype, device=streams.device)
+                         for _ in range(2 if self.staged else 0)]
         self._buffer_free: list[torch.cuda.Event | None] = [None, None]
         self.stats = RecallStats()
 
@@ -120,31 +126,28 @@ class RecallEngine:
         self.stats.head_pages += n
         self.stats.recalled_bytes += n * self.head_page_bytes
         self.stats.recalls += 1
+        if not self.staged:  # CPU, host to host: one pass
+            _, cap, hkv = pool.shape[:3]
+            runs = (np.asarray(seq_ids, np.int64) * cap + page_ids) * hkv + head_ids
+            # the ids come from the store's own bookkeeping: skip the value checks
+            recall_runs_cpu(pool.view(-1, *pool.shape[3:]), runs, head_ids, slot_ids, k_slots, v_slots,
+                            validate=False)
+            return None
         for event in after or []:
             st.wait(event, st.copy)
         st.wait(convert_after, st.convert)
         with _on(st.convert):  # index tensors live (and are freed) on the convert stream
             head_dev = torch.as_tensor(np.asarray(head_ids, dtype=np.int32)).to(st.device)
             slot_dev = torch.as_tensor(np.asarray(slot_ids, dtype=np.int32)).to(st.device)
-        host_runs, host_rows = None, None
-        if not st.is_cuda:  # the pool as rows of (2, p, d) runs, and each recalled run's row
-            _, cap, hkv = pool.shape[:3]
-            host_runs = pool.view(-1, *pool.shape[3:])
-            rows = (np.asarray(seq_ids, np.int64) * cap + np.asarray(page_ids, np.int64)) * hkv \
-                + np.asarray(head_ids, np.int64)
-            host_rows = torch.from_numpy(rows)
         for chunk, start in enumerate(range(0, n, self.staging_pages)):
             stop = min(n, start + self.staging_pages)
             buf = chunk % 2
             staging = self._staging[buf]
             with _on(st.copy):
                 st.wait(self._buffer_free[buf], st.copy)  # its previous conversion has read it
-                if host_rows is not None:  # CPU: the chunk's runs in one indexed copy
-                    torch.index_select(host_runs, 0, host_rows[start:stop], out=staging[: stop - start])
-                else:
-                    for j in range(start, stop):
-                        staging[j - start].copy_(pool[int(seq_ids[j]), int(page_ids[j]), int(head_ids[j])],
-                                                 non_blocking=True)
+                for j in range(start, stop):
+                    staging[j - start].copy_(pool[int(seq_ids[j]), int(page_ids[j]), int(head_ids[j])],
+                                             non_blocking=True)
                 filled = st.record(st.copy)
             with _on(st.convert):
                 st.wait(filled, st.convert)

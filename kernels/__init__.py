@@ -2,8 +2,10 @@
 
 Every operation `<op>` dispatches to `<op>_triton` when its tensors are on CUDA (or when
 FREEKV_FORCE_TRITON=1, used with TRITON_INTERPRET=1 to run the Triton kernels on a CPU) and to
-`<op>_reference` otherwise. Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim,
-p page size, P pages per sequence. Layouts: GPU cache "NHD" (n_slots, p, Hkv, d); host runs "HND".
+`<op>_reference` otherwise. `recall_runs_cpu` is the CPU recall's fused gather + HND->NHD copy (a
+compiled loop, `kernels.cpu`), equal to `recall_hnd_to_nhd_reference` of the gathered runs.
+Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim, p page size, P pages per
+sequence. Layouts: GPU cache "NHD" (n_slots, p, Hkv, d); host runs "HND".
 Bad arguments raise `KernelInputError` naming the argument. GPU status: every Triton kernel is tested in
 Triton's interpreter on the CPU and compiled for sm_80 / sm_90 ahead of time; none has run on a GPU yet.
 """
@@ -12,7 +14,12 @@ from kernels.errors import KernelInputError
 from kernels.offload import offload_nhd_to_hnd, offload_nhd_to_hnd_reference
 from kernels.page_scores import POOLINGS, page_scores, page_scores_reference, page_scores_triton
 from kernels.query_similarity import query_similarity, query_similarity_reference, query_similarity_triton
-from kernels.recall import recall_hnd_to_nhd, recall_hnd_to_nhd_reference, recall_hnd_to_nhd_triton
+from kernels.recall import (
+    recall_hnd_to_nhd,
+    recall_hnd_to_nhd_reference,
+    recall_hnd_to_nhd_triton,
+    recall_runs_cpu,
+)
 from kernels.sparse_decode_attention import (
     sparse_decode_attention,
     sparse_decode_attention_reference,
@@ -43,6 +50,7 @@ __all__ = [
     "recall_hnd_to_nhd",
     "recall_hnd_to_nhd_reference",
     "recall_hnd_to_nhd_triton",
+    "recall_runs_cpu",
     "offload_nhd_to_hnd",
     "offload_nhd_to_hnd_reference",
 ]

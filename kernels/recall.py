@@ -12,13 +12,17 @@ compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it ha
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+from kernels.cpu.recall import recall_runs_loop
 
-__all__ = ["recall_hnd_to_nhd", "recall_hnd_to_nhd_reference", "recall_hnd_to_nhd_triton"]
+__all__ = ["recall_hnd_to_nhd", "recall_hnd_to_nhd_reference", "recall_hnd_to_nhd_triton", "recall_runs_cpu"]
+
+_SAME_WIDTH_INT = {2: torch.int16, 4: torch.int32}  # copies move bits: NumPy/Numba have no bfloat16
 
 
 @triton.jit
@@ -91,6 +95,43 @@ def recall_hnd_to_nhd_reference(
     slots, heads = slot_ids.long(), head_ids.long()
     k_cache[slots, :, heads, :] = staging[:, 0]
     v_cache[slots, :, heads, :] = staging[:, 1]
+
+
+def recall_runs_cpu(
+    runs: torch.Tensor, run_ids: np.ndarray, head_ids: np.ndarray, slot_ids: np.ndarray,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, validate: bool = True,
+) -> None:
+    """CPU recall straight from the host runs, in place: for each i, k_cache[slot_ids[i], :, head_ids[i]] =
+    runs[run_ids[i], 0] and v_cache[...] = runs[run_ids[i], 1].
+
+    The same result as `recall_hnd_to_nhd_reference(runs[run_ids], head_ids, slot_ids, k_cache, v_cache)`
+    in one compiled pass (kernels.cpu.recall), without the staging copy a GPU needs. runs (R, 2, p, d) (the
+    host pool viewed as runs); run_ids, head_ids, slot_ids (n,) host integer arrays; CPU tensors of one
+    dtype (copied as bits). validate=False skips the id-range checks (the ids index memory unchecked).
+    """
+    check_float("runs", runs, 4)
+    check_float("k_cache", k_cache, 4)
+    check_float("v_cache", v_cache, 4)
+    _, two, page_size, d = runs.shape
+    n_slots, cp, hkv, cd = k_cache.shape
+    require(two == 2 and (cp, cd) == (page_size, d) and k_cache.shape == v_cache.shape,
+            lambda: f"runs must be (R, 2, p, d) and the caches (n_slots, p, Hkv, d), same p and d; got "
+            f"{tuple(runs.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    require(runs.dtype == k_cache.dtype == v_cache.dtype,
+            lambda: f"runs and caches must share a dtype, got {runs.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    require(runs.device.type == k_cache.device.type == v_cache.device.type == "cpu",
+            "recall_runs_cpu takes CPU tensors")
+    ids = [np.asarray(a) for a in (run_ids, head_ids, slot_ids)]
+    require(all(a.ndim == 1 and a.shape == ids[0].shape and a.dtype.kind in "iu" for a in ids),
+            "run_ids, head_ids and slot_ids must be 1-D integer arrays of one length")
+    if validate and len(ids[0]):
+        for name, a, top in zip(("run_ids", "head_ids", "slot_ids"), ids, (runs.shape[0], hkv, n_slots),
+                                strict=True):
+            require(0 <= a.min() and a.max() < top,
+                    lambda name=name, top=top: f"{name} must lie in [0, {top})")
+    bits = _SAME_WIDTH_INT[runs.element_size()]
+    recall_runs_loop(runs.detach().view(bits).numpy(), *ids, k_cache.detach().view(bits).numpy(),
+                     v_cache.detach().view(bits).numpy())
 
 
 def recall_hnd_to_nhd_triton(

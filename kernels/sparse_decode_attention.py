@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+from kernels._slot_span import attend_slot_span, slot_span
 
 __all__ = ["sparse_decode_attention", "sparse_decode_attention_reference", "sparse_decode_attention_triton"]
 
@@ -221,11 +222,22 @@ def _gather_head_pages(
     return [c.view(-1, d).index_select(0, rows).view(b, hkv, n_tokens, d) for c in caches]
 
 
+def _slot_span_applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """The slot-span path (kernels._slot_span) takes float32 CPU tensors and contiguous caches."""
+    return (q.device.type == "cpu" and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+            and k_cache.is_contiguous() and v_cache.is_contiguous())
+
+
 def sparse_decode_attention_reference(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
     n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool = False, validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Plain-torch sparse decode attention (gathers the listed pages, masked softmax in fp32).
+
+    Float32 CPU tensors whose table covers most of one run of slots per sequence (as the runtime's
+    paged store's tables do) take the slot-span path instead: one masked SDPA over the run, no gather
+    (see kernels._slot_span; same tokens, so the same result up to summation order). return_lse=True
+    always gathers.
 
     The listed tokens of a (b, h) row are a prefix of its M * p table positions (full pages, then the
     last page's tokens): the longest prefix is gathered, and the positions past a row's own count are
@@ -237,6 +249,13 @@ def sparse_decode_attention_reference(
     """
     b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
                                               validate)
+    if not return_lse and _slot_span_applies(q, k_cache, v_cache):
+        n_pages_host = n_pages.numpy()
+        span = slot_span(page_table.numpy(), n_pages_host, last_page_tokens.numpy(), page_size,
+                         k_cache.shape[0])
+        if span is not None:
+            has_tokens = None if n_pages_host.min() > 0 else torch.from_numpy(n_pages_host > 0)
+            return attend_slot_span(q, k_cache, v_cache, span, has_tokens)
     m = page_table.shape[2]
     # tokens listed per (b, h), counted on the host (a few ints; a device sync where q is on CUDA)
     lasts, listed = last_page_tokens.tolist(), n_pages.tolist()

@@ -2,9 +2,11 @@
 
 FreeKV's selection marks the selected pages already resident on the GPU (hits) and evicts the
 lowest-scoring resident pages for the misses. Empty slots are used first, then the resident pages that
-were not selected, lowest score first; a selected page is never evicted. Host-side (numpy): the page ids
-are read back once per layer and step anyway, to issue the copies. Every function works on whole
-(b, H, ...) arrays: no per-head Python loop on the decode path.
+were not selected, lowest score first; a selected page is never evicted. Host-side: the page ids are
+read back once per layer and step anyway, to issue the copies. `plan_reuse` and `apply_plans` run as
+compiled loops (_reuse_loops.py, one call each per layer and step); `plan_reuse_reference` and
+`apply_plans_reference` are the same computations as whole-array NumPy, the executable specification
+the loops are tested against.
 
 Shapes: b = batch, H = KV heads, k = pages selected (<= K), K = selected-page slots per head.
 """
@@ -15,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ReusePlan", "plan_reuse", "apply_plans"]
+from freekv_runtime.policies._reuse_loops import NO_PAGE as _NO_PAGE
+from freekv_runtime.policies._reuse_loops import apply_loop, plan_loop
 
-_NO_PAGE = np.iinfo(np.int64).max  # sorts after every page id
+__all__ = ["ReusePlan", "apply_plans", "apply_plans_reference", "plan_reuse", "plan_reuse_reference"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,30 @@ class ReusePlan:
 def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> ReusePlan:
     """top (b, H, k) page ids best first (-1 = none); resident (b, H, K) page ids (-1 = empty);
     resident_scores (b, H, K) scores of the resident pages under the same query (ignored where empty).
+    The compiled form of `plan_reuse_reference` (same arrays)."""
+    b, n_heads, k = top.shape
+    n_slots = resident.shape[2]
+    plan = ReusePlan(
+        selected=np.empty((b, n_heads, k), np.int64), n_selected=np.empty((b, n_heads), np.int64),
+        missed=np.empty((b, n_heads, k), np.int64), n_missed=np.empty((b, n_heads), np.int64),
+        miss_slots=np.empty((b, n_heads, n_slots), np.int64),
+    )
+    plan_loop(top, resident, resident_scores, plan.selected, plan.n_selected, plan.missed, plan.n_missed,
+              plan.miss_slots)
+    return plan
+
+
+def apply_plans(
+    plan: ReusePlan, resident: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Install the misses of the (sequence, head) pairs where heads (b, H) is True into `resident` (in place).
+    The compiled form of `apply_plans_reference` (same arrays, same order)."""
+    return apply_loop(plan.missed, plan.n_missed, plan.miss_slots, resident, heads)
+
+
+def plan_reuse_reference(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> ReusePlan:
+    """top (b, H, k) page ids best first (-1 = none); resident (b, H, K) page ids (-1 = empty);
+    resident_scores (b, H, K) scores of the resident pages under the same query (ignored where empty).
 
     Membership by one (b, H, k, K) comparison; the eviction order by one stable lexsort (evictable slots
     first; among them empty slots, then lowest score; ties by slot index); the misses packed to the front
@@ -64,7 +91,7 @@ def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarra
     )
 
 
-def apply_plans(
+def apply_plans_reference(
     plan: ReusePlan, resident: np.ndarray, heads: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Install the misses of the (sequence, head) pairs where heads (b, H) is True into `resident` (in place).

@@ -145,9 +145,11 @@ def test_pool_grows_with_headroom_in_chunks_and_keeps_pages() -> None:
     check_host_pool(store, k, v)
 
 
-@pytest.mark.parametrize("staging_pages", [1, 2, 3, 64])
-def test_recall_moves_exactly_the_requested_runs(staging_pages: int) -> None:
-    """Runs land in the right (slot, head); nothing else changes; bytes = runs x 2 x p x d x 4."""
+@pytest.mark.parametrize(("staging_pages", "staged"),
+                         [(1, True), (2, True), (3, True), (64, True), (64, None)])
+def test_recall_moves_exactly_the_requested_runs(staging_pages: int, staged: bool | None) -> None:
+    """Runs land in the right (slot, head); nothing else changes; bytes = runs x 2 x p x d x 4. Through the
+    staging double buffer (the GPU path, run synchronously) and the CPU's direct copy (staged=None)."""
     p, n_slots = 16, 6
     g = torch.Generator().manual_seed(5)
     pool = torch.randn(B, 5, HKV, 2, p, D, generator=g)
@@ -158,7 +160,8 @@ def test_recall_moves_exactly_the_requested_runs(staging_pages: int) -> None:
     head = np.array([0, 2, 1, 1, 0, 2, 2])
     page = np.array([4, 0, 3, 2, 1, 0, 2])
     slot = np.array([5, 0, 0, 3, 1, 2, 4])
-    engine = RecallEngine(DeviceStreams(CPU), HKV, p, D, torch.float32, staging_pages=staging_pages)
+    engine = RecallEngine(DeviceStreams(CPU), HKV, p, D, torch.float32, staging_pages=staging_pages,
+                          staged=staged)
     assert engine.recall(pool, k_slots, v_slots, seq, head, page, slot) is None  # CPU: synchronous
     touched = torch.zeros(n_slots, HKV, dtype=torch.bool)
     for s, h, pg, sl in zip(seq, head, page, slot, strict=True):

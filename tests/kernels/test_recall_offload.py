@@ -1,13 +1,19 @@
-"""recall_hnd_to_nhd (Triton in the interpreter vs reference) and offload_nhd_to_hnd round trips."""
+"""recall_hnd_to_nhd (Triton in the interpreter vs reference), the CPU runs recall, offload round trips."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from kernel_inputs import DTYPES, randn
 
 from kernels import KernelInputError, offload_nhd_to_hnd
-from kernels.recall import recall_hnd_to_nhd, recall_hnd_to_nhd_reference, recall_hnd_to_nhd_triton
+from kernels.recall import (
+    recall_hnd_to_nhd,
+    recall_hnd_to_nhd_reference,
+    recall_hnd_to_nhd_triton,
+    recall_runs_cpu,
+)
 
 
 def _recall_case(gen, n, p, hkv, d, dtype, n_slots=6):
@@ -72,3 +78,31 @@ def test_bad_inputs_raise_clear_errors(gen):
         recall_hnd_to_nhd(staging, heads + 5, slots, k_cache, v_cache)
     with pytest.raises(KernelInputError, match=r"\(n, 2, p, d\)"):
         recall_hnd_to_nhd(staging[:, :1], heads, slots, k_cache, v_cache)
+
+
+@pytest.mark.parametrize("n,p,hkv,d,dtype", [(5, 8, 2, 16, "fp32"), (7, 24, 3, 20, "fp16"),
+                                             (0, 16, 3, 8, "fp32"), (9, 64, 1, 8, "bf16")])
+def test_cpu_runs_recall_equals_reference_of_gathered_runs(gen, n, p, hkv, d, dtype):
+    """recall_runs_cpu (one compiled pass from the pool) == staging gather + recall_hnd_to_nhd_reference."""
+    dt = DTYPES[dtype]
+    _, heads, slots, k_cache, v_cache = _recall_case(gen, n, p, hkv, d, dt, n_slots=max(6, n))
+    runs = randn(gen, 11, 2, p, d, dtype=dt)  # the pool as runs
+    run_ids = torch.randint(0, 11, (n,), generator=gen).numpy()
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    recall_runs_cpu(runs, run_ids, heads.numpy(), slots.numpy(), k_cache, v_cache)
+    recall_hnd_to_nhd_reference(runs[torch.from_numpy(run_ids)], heads, slots, k_ref, v_ref)
+    assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
+
+
+def test_cpu_runs_recall_rejects_bad_ids_and_dtypes(gen):
+    _, heads, slots, k_cache, v_cache = _recall_case(gen, 3, 8, 2, 16, torch.float32)
+    runs = randn(gen, 4, 2, 8, 16)
+    ok = np.array([0, 1, 2])
+    with pytest.raises(KernelInputError, match="run_ids"):
+        recall_runs_cpu(runs, np.array([0, 1, 4]), heads.numpy(), slots.numpy(), k_cache, v_cache)
+    with pytest.raises(KernelInputError, match="slot_ids"):
+        recall_runs_cpu(runs, ok, heads.numpy(), np.array([0, 1, 6]), k_cache, v_cache)
+    with pytest.raises(KernelInputError, match="one length"):
+        recall_runs_cpu(runs, ok[:2], heads.numpy(), slots.numpy(), k_cache, v_cache)
+    with pytest.raises(KernelInputError, match="dtype"):
+        recall_runs_cpu(runs.bfloat16(), ok, heads.numpy(), slots.numpy(), k_cache, v_cache)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from kernel_inputs import DTYPES, FP32_TOL, OUT_TOL, ragged_page_table, randn
 
 from kernels import KernelInputError
+from kernels._slot_span import slot_span
 from kernels.sparse_decode_attention import (
     sparse_decode_attention,
     sparse_decode_attention_reference,
@@ -162,3 +164,55 @@ def test_bad_inputs_raise_clear_errors(gen):
         sparse_decode_attention(q, k_cache, v_cache, table.long(), n_pages, last)
     with pytest.raises(KernelInputError, match="NHD"):
         sparse_decode_attention(q, k_cache[..., :8], v_cache[..., :8], table, n_pages, last)
+
+
+def _runtime_like_table(b: int, hkv: int, slots_per_seq: int, gen: torch.Generator, holes: bool):
+    """Each sequence i lists (a permutation of) its own slots [i * S, (i + 1) * S), as the runtime's paged
+    store does; with holes, some (b, h) list only some of them (a selected-page cache not yet full) and,
+    with several KV heads, one lists nothing."""
+    table = torch.full((b, hkv, slots_per_seq), -1, dtype=torch.int32)
+    n_pages = torch.full((b, hkv), slots_per_seq, dtype=torch.int32)
+    for i in range(b):
+        for h in range(hkv):
+            n = slots_per_seq if not holes else int(torch.randint(1, slots_per_seq + 1, (1,), generator=gen))
+            n_pages[i, h] = n
+            table[i, h, :n] = (i * slots_per_seq + torch.randperm(slots_per_seq, generator=gen)[:n]).int()
+    if holes and hkv > 1:
+        n_pages[-1, -1] = 0
+    return table, n_pages
+
+
+@pytest.mark.parametrize("b,hkv,g,p,holes", [(1, 3, 3, 16, False), (2, 2, 4, 8, True), (3, 1, 5, 24, True),
+                                               (2, 3, 1, 64, False)])
+def test_slot_span_path_matches_the_gather(gen, b, hkv, g, p, holes):
+    """Float32 CPU tables covering each sequence's own slots take the slot-span path (one masked SDPA);
+    its output equals the gathering path's (return_lse=True always gathers)."""
+    slots_per_seq, d = 6, 32
+    q = randn(gen, b, hkv * g, d)
+    k_cache, v_cache = randn(gen, b * slots_per_seq, p, hkv, d), randn(gen, b * slots_per_seq, p, hkv, d)
+    table, n_pages = _runtime_like_table(b, hkv, slots_per_seq, gen, holes)
+    last = torch.randint(1, p + 1, (b,), generator=gen, dtype=torch.int32)
+    assert slot_span(table.numpy(), n_pages.numpy(), last.numpy(), p, b * slots_per_seq) is not None
+    out = sparse_decode_attention_reference(q, k_cache, v_cache, table, n_pages, last)
+    gathered, _ = sparse_decode_attention_reference(q, k_cache, v_cache, table, n_pages, last,
+                                                    return_lse=True)
+    torch.testing.assert_close(out, gathered, **FP32_TOL)
+    if holes and hkv > 1:
+        assert torch.equal(out[-1, -g:], torch.zeros(g, d))
+
+
+def test_slot_span_declines_tables_it_cannot_serve(gen):
+    """Scattered slots, a slot listed twice, or unevenly spaced sequences: the gather runs instead."""
+    last = torch.tensor([3, 5], dtype=torch.int32).numpy()
+    n_pages = np.full((2, 1), 2, dtype=np.int32)
+    assert slot_span(np.array([[[0, 1]], [[2, 3]]], np.int32), n_pages, last, 8, 40) is not None
+    assert slot_span(np.array([[[0, 9]], [[2, 3]]], np.int32), n_pages, last, 8, 40) is None  # run of 10 > 2M
+    assert slot_span(np.array([[[1, 1]], [[2, 3]]], np.int32), n_pages, last, 8, 40) is None  # repeated slot
+    assert slot_span(np.array([[[0, 1]], [[3, 4]]], np.int32), n_pages, last, 8, 40) is not None  # step 3
+    ones = np.array([1, 1, 1], np.int32)
+    three = np.array([[[0, 1]], [[2, 3]], [[5, 6]]], np.int32)  # first slots 0, 2, 5: uneven
+    assert slot_span(three, np.full((3, 1), 2, np.int32), ones, 8, 40) is None
+    three = np.array([[[0, 1]], [[4, 3]], [[6, 7]]], np.int32)  # runs at 0, 3, 6; sequence 1 from slot 3
+    assert slot_span(three, np.full((3, 1), 2, np.int32), ones, 8, 40) is not None
+    nothing_listed = np.array([[2], [0]], np.int32)  # a sequence without any page
+    assert slot_span(np.array([[[0, 1]], [[2, 3]]], np.int32), nothing_listed, last, 8, 40) is None
