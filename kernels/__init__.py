@@ -2,8 +2,9 @@
 
 Every operation `<op>` dispatches to `<op>_triton` when its tensors are on CUDA (or when
 FREEKV_FORCE_TRITON=1, used with TRITON_INTERPRET=1 to run the Triton kernels on a CPU) and to
-`<op>_reference` otherwise. `recall_runs_cpu` is the CPU recall's fused gather + HND->NHD copy (a
-compiled loop, `kernels.cpu`), equal to `recall_hnd_to_nhd_reference` of the gathered runs.
+`<op>_reference` otherwise; top-k selection runs a compiled loop on the CPU instead (`topk_pages_cpu`,
+`kernels.cpu`, equal to the reference). `recall_runs_cpu` is the CPU recall's fused gather + HND->NHD
+copy (a compiled loop), equal to `recall_hnd_to_nhd_reference` of the gathered runs.
 Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim, p page size, P pages per
 sequence. Layouts: GPU cache "NHD" (n_slots, p, Hkv, d); host runs "HND".
 Bad arguments raise `KernelInputError` naming the argument. GPU status: every Triton kernel is tested in
@@ -26,7 +27,13 @@ from kernels.sparse_decode_attention import (
     sparse_decode_attention_triton,
 )
 from kernels.summarize_pages import summarize_pages, summarize_pages_reference, summarize_pages_triton
-from kernels.topk_pages import MAX_TRITON_PAGES, topk_pages, topk_pages_reference, topk_pages_triton
+from kernels.topk_pages import (
+    MAX_TRITON_PAGES,
+    topk_pages,
+    topk_pages_cpu,
+    topk_pages_reference,
+    topk_pages_triton,
+)
 
 __all__ = [
     "KernelInputError",
@@ -36,6 +43,7 @@ __all__ = [
     "page_scores_reference",
     "page_scores_triton",
     "topk_pages",
+    "topk_pages_cpu",
     "topk_pages_reference",
     "topk_pages_triton",
     "sparse_decode_attention",

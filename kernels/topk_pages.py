@@ -7,6 +7,8 @@ pages exist, the tail is padded with -1.
 The Triton kernel is one program per (batch, KV head) holding the whole score row in one block and
 extracting the maximum k times (O(k * P) work, fine for k of tens and P up to `MAX_TRITON_PAGES`). Rows
 longer than `MAX_TRITON_PAGES` fall back to the torch reference (same result, documented limit).
+On the CPU the dispatcher runs a compiled loop (`topk_pages_cpu`, kernels/cpu/topk_pages.py): one scan
+per row, same result as the reference, one call instead of the reference's sort or top-k plus checks.
 GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
 compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
@@ -18,8 +20,9 @@ import triton
 import triton.language as tl
 
 from kernels._common import next_pow2, require, use_triton
+from kernels.cpu.topk_pages import topk_pages_loop
 
-__all__ = ["topk_pages", "topk_pages_reference", "topk_pages_triton", "MAX_TRITON_PAGES"]
+__all__ = ["topk_pages", "topk_pages_cpu", "topk_pages_reference", "topk_pages_triton", "MAX_TRITON_PAGES"]
 
 MAX_TRITON_PAGES = 8192  # one block holds a whole score row (8192 pages = 256K tokens at p = 32)
 
@@ -82,6 +85,17 @@ def topk_pages_reference(scores: torch.Tensor, k: int) -> torch.Tensor:
     return idx.contiguous()
 
 
+def topk_pages_cpu(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Compiled CPU top-k (kernels/cpu/topk_pages.py); same contract and result as `topk_pages_reference`."""
+    _check_args(scores, k)
+    require(scores.device.type == "cpu", "topk_pages_cpu takes a CPU tensor")
+    b, hkv, _ = scores.shape
+    out = torch.empty((b, hkv, k), dtype=torch.int32)
+    s = scores if scores.dtype in (torch.float32, torch.float64) else scores.float()
+    topk_pages_loop(s.detach().numpy(), k, out.numpy())
+    return out
+
+
 def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Triton top-k; same contract as `topk_pages_reference`. Falls back to it for P > MAX_TRITON_PAGES."""
     _check_args(scores, k)
@@ -101,7 +115,10 @@ def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def topk_pages(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k pages (b, Hkv, k) int32: Triton on CUDA (or when forced), the torch reference otherwise."""
+    """Top-k pages (b, Hkv, k) int32: Triton on CUDA (or when forced), the compiled loop on the CPU, the
+    torch reference elsewhere."""
     if use_triton(scores):
         return topk_pages_triton(scores, k)
+    if scores.device.type == "cpu":
+        return topk_pages_cpu(scores, k)
     return topk_pages_reference(scores, k)

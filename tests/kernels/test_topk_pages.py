@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from kernels import KernelInputError
-from kernels.topk_pages import MAX_TRITON_PAGES, topk_pages, topk_pages_reference, topk_pages_triton
+from kernels.topk_pages import (
+    MAX_TRITON_PAGES,
+    topk_pages,
+    topk_pages_cpu,
+    topk_pages_reference,
+    topk_pages_triton,
+)
 
 
 def _scores_with_ties(gen: torch.Generator, b: int, hkv: int, n_pages: int) -> torch.Tensor:
@@ -83,3 +89,15 @@ def test_bad_inputs_raise_clear_errors(gen):
         topk_pages(torch.zeros(1, 1, 4), -1)
     with pytest.raises(KernelInputError, match="scores must be"):
         topk_pages(torch.zeros(4), 1)
+
+
+@pytest.mark.parametrize("b,hkv,n_pages", [(2, 3, 11), (1, 2, 40), (3, 1, 7), (2, 2, 65), (1, 3, 504)])
+def test_cpu_loop_matches_reference_exactly(gen, b, hkv, n_pages):
+    """The compiled CPU loop (what the dispatcher runs on the CPU) on ties, -inf, NaN, empty rows, and on
+    continuous scores, for k below, at and above the number of pages."""
+    for s in (_scores_with_ties(gen, b, hkv, n_pages), torch.randn(b, hkv, n_pages, generator=gen)):
+        for k in (0, 1, 5, n_pages - 1, n_pages, n_pages + 3):
+            if k >= 0:
+                assert torch.equal(topk_pages_cpu(s, k), topk_pages_reference(s, k)), k
+    half = _scores_with_ties(gen, b, hkv, n_pages).half()
+    assert torch.equal(topk_pages(half, 4), topk_pages_reference(half, 4))
