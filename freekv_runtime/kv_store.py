@@ -22,7 +22,9 @@ S + n % W), [S + W, S + W + K) the cache of selected pages. A selected slot hold
 each KV head: `resident` (b, Hkv, K) int64 (host) maps slot -> page id, -1 = empty.
 Host memory (HND, one contiguous (2, p, d) run per KV head and page): pool (b, cap, Hkv, 2, p, d),
 pinned on CUDA, grown to a quarter more than it must hold, in whole `pool_chunk_pages` (amortised O(1)
-copies per page). Summaries (device): kmin, kmax (b, Hkv, cap, d).
+copies per page). Summaries (device): key_bounds (b, Hkv, cap, 2, d), [..., 0, :] the max and [..., 1, :] the
+min of each key dimension over the page; `kmax`, `kmin` are (b, Hkv, cap, d) views of the two halves.
+Keeping a page's two bounds side by side lets page scoring read both in one pass (one GEMM).
 """
 
 from __future__ import annotations
@@ -81,8 +83,7 @@ class PagedKVStore:
         self.resident = np.full((batch_size, n_kv_heads, selected_pages), -1, dtype=np.int64)
         self._seq_base = torch.arange(batch_size, device=device) * self.slots_per_seq
         self.pool = host_empty((batch_size, 0, n_kv_heads, 2, page_size, head_dim), dtype, device)
-        self.kmin = torch.empty((batch_size, n_kv_heads, 0, head_dim), dtype=dtype, device=device)
-        self.kmax = torch.empty_like(self.kmin)
+        self.key_bounds = torch.empty((batch_size, n_kv_heads, 0, 2, head_dim), dtype=dtype, device=device)
         self.offload_event: torch.cuda.Event | None = None
         self.n_tokens = 0
         self._bounds: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -91,6 +92,16 @@ class PagedKVStore:
         # (b, Hkv, n_tokens, d) copy of every key, only to measure the dense attention mass.
         self.full_keys = torch.empty((batch_size, n_kv_heads, 0, head_dim), dtype=dtype, device=device) \
             if keep_full_keys else None
+
+    @property
+    def kmax(self) -> torch.Tensor:
+        """(b, Hkv, cap, d) view: per page, the largest value of each key dimension."""
+        return self.key_bounds[:, :, :, 0]
+
+    @property
+    def kmin(self) -> torch.Tensor:
+        """(b, Hkv, cap, d) view: per page, the smallest value of each key dimension."""
+        return self.key_bounds[:, :, :, 1]
 
     # ---- page bookkeeping (host ints, identical for every sequence of the batch) ----
     @property
@@ -250,11 +261,10 @@ class PagedKVStore:
         pool = host_empty((self.b, new_cap, *self.pool.shape[2:]), self.dtype, self.device)
         pool[:, :cap] = self.pool
         self.pool = pool
-        for name in ("kmin", "kmax"):
-            old = getattr(self, name)
-            new = torch.zeros((self.b, self.n_kv, new_cap, self.d), dtype=self.dtype, device=self.device)
-            new[:, :, :cap] = old
-            setattr(self, name, new)
+        shape = (self.b, self.n_kv, new_cap, 2, self.d)
+        key_bounds = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        key_bounds[:, :, :cap] = self.key_bounds
+        self.key_bounds = key_bounds
 
     # ---- reads ----
     def page_table(self) -> PageTable:

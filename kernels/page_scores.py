@@ -141,6 +141,30 @@ def _check_args(
     return b, hkv, hq // hkv, n_pages, d
 
 
+def _bound_scores(qf: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """qf (b * Hkv, G, d) scaled queries -> (b * Hkv, G, hi - lo) bounds max(qf, 0) . kmax + min(qf, 0) . kmin
+    of pages [lo, hi).
+
+    When kmax and kmin are the two halves of one (..., P, 2, d) buffer (the runtime's paged store keeps
+    them so), the bound is one GEMM of [max(qf, 0), min(qf, 0)] against the pages' 2d values, which
+    reads each page's summary once; otherwise a GEMM and a fused multiply-add GEMM, one per bound.
+    """
+    bd, group, d = qf.shape
+    pos, neg = qf.clamp(min=0), qf.clamp(max=0)
+    step = kmin.data_ptr() - kmax.data_ptr()
+    same_storage = kmin.untyped_storage().data_ptr() == kmax.untyped_storage().data_ptr()
+    if (abs(step) == d * kmin.element_size() and kmin.dtype == kmax.dtype and kmin.stride() == kmax.stride()
+            and kmin.stride(-1) == 1 and same_storage):
+        first = kmax if step > 0 else kmin
+        joint = first.as_strided((*first.shape[:-1], 2 * d), first.stride())  # (b, Hkv, P, 2d)
+        pages = joint[:, :, lo:hi].float().reshape(bd, hi - lo, 2 * d)
+        both = torch.cat((pos, neg) if step > 0 else (neg, pos), dim=-1)  # (b * Hkv, G, 2d)
+        return both @ pages.transpose(1, 2)
+    kmax_t = kmax[:, :, lo:hi].float().reshape(bd, hi - lo, d).transpose(1, 2)
+    kmin_t = kmin[:, :, lo:hi].float().reshape(bd, hi - lo, d).transpose(1, 2)
+    return torch.baddbmm(pos @ kmax_t, neg, kmin_t)
+
+
 def page_scores_reference(
     q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
     pooling: str = "mean",
@@ -154,22 +178,19 @@ def page_scores_reference(
     """
     b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
     qf = q.float().reshape(b * hkv, group, d) * (1.0 / math.sqrt(d))
-    kmax_t = kmax.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
-    kmin_t = kmin.float().reshape(b * hkv, n_pages, d).transpose(1, 2)
     los, his = set(page_lo.tolist()), set(page_hi.tolist())
     if b and len(los) == len(his) == 1:
         lo = min(max(los.pop(), 0), n_pages)
         hi = min(max(his.pop(), lo), n_pages)
         out = torch.full((b, hkv, n_pages), float("-inf"), dtype=torch.float32, device=q.device)
         if hi > lo:
-            scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t[..., lo:hi], qf.clamp(max=0), kmin_t[..., lo:hi])
-            scores = scores.view(b, hkv, group, hi - lo)
+            scores = _bound_scores(qf, kmin, kmax, lo, hi).view(b, hkv, group, hi - lo)
             if pooling == "max":
                 out[:, :, lo:hi] = scores.amax(dim=2)
             else:
                 out[:, :, lo:hi] = torch.softmax(scores, dim=-1).sum(dim=2) / group
         return out
-    scores = torch.baddbmm(qf.clamp(min=0) @ kmax_t, qf.clamp(max=0), kmin_t).view(b, hkv, group, n_pages)
+    scores = _bound_scores(qf, kmin, kmax, 0, n_pages).view(b, hkv, group, n_pages)
     pages = torch.arange(n_pages, device=q.device)
     outside = ((pages < page_lo[:, None]) | (pages >= page_hi[:, None]))[:, None, :]  # (b, 1, P)
     if pooling == "max":

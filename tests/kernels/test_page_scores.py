@@ -148,3 +148,25 @@ def test_bad_inputs_raise_clear_errors(gen):
         page_scores(randn(gen, 2, 3, 8), kmin, kmax, lo, hi)
     with pytest.raises(KernelInputError, match="kmin/kmax must be"):
         page_scores(q, kmin[..., :4], kmax[..., :4], lo, hi)
+
+
+@pytest.mark.parametrize("max_first", [True, False])
+def test_reference_one_gemm_over_interleaved_bounds(gen, max_first, monkeypatch):
+    """Summaries kept as the two halves of one (b, Hkv, P, 2, d) buffer (as the paged store keeps them, and
+    sliced to fewer pages as the runtime does) take the one-GEMM path: same scores as separate tensors."""
+    b, hkv, g, n_pages, d = 2, 3, 3, 9, 16
+    q = randn(gen, b, hkv * g, d)
+    kmin, kmax = summaries(gen, b, hkv, n_pages, d, torch.float32)
+    joint = torch.stack((kmax, kmin) if max_first else (kmin, kmax), dim=3)  # (b, Hkv, P, 2, d)
+    halves = (joint[:, :, :, 0], joint[:, :, :, 1])
+    jmax, jmin = halves if max_first else halves[::-1]
+    want = {}
+    for lo, hi, pages in (([1, 1], [7, 7], 7), ([0, 2], [9, 5], 9)):
+        page_lo, page_hi = torch.tensor(lo, dtype=torch.int32), torch.tensor(hi, dtype=torch.int32)
+        want[pages] = page_scores_reference(q, kmin[:, :, :pages], kmax[:, :, :pages], page_lo, page_hi)
+    monkeypatch.setattr(torch, "baddbmm", None)  # the two-GEMM path would fail from here on
+    for lo, hi, pages in (([1, 1], [7, 7], 7), ([0, 2], [9, 5], 9)):  # one range for the batch, then not
+        page_lo, page_hi = torch.tensor(lo, dtype=torch.int32), torch.tensor(hi, dtype=torch.int32)
+        got = page_scores_reference(q, jmin[:, :, :pages], jmax[:, :, :pages], page_lo, page_hi)
+        assert torch.equal(got.isinf(), want[pages].isinf())
+        torch.testing.assert_close(got, want[pages], **FP32_TOL)
