@@ -6,8 +6,9 @@ that whole run with a token mask gives the same softmax as gathering the listed 
 summed in another order. It avoids the gather and runs as one fused, multi-threaded attention call
 (`torch.nn.functional.scaled_dot_product_attention`) instead of a gather, two matmuls and a softmax.
 
-`slot_span(...)` decides, on the host, whether a table qualifies and builds the (b, Hkv, R * p) token
-mask, memoised by the table's values (a decode step's sparse layers share one table, and it changes once
+`slot_span(...)` decides, on the host, whether a table qualifies and builds the token mask as an additive
+float32 bias (0 attended, -inf not; SDPA on the CPU runs faster with it than with a boolean mask),
+memoised by the table's values (a decode step's sparse layers share one table, and it changes once
 per p tokens); `attend_slot_span(...)` runs the attention. A table qualifies when every sequence lists
 at least one page, no (b, h) lists a slot twice, and each sequence's listed slots fit in a run of
 R <= 2 * M slots (M = table width) where the runs start at evenly spaced slots (one strided view covers
@@ -29,12 +30,14 @@ __all__ = ["SlotSpan", "attend_slot_span", "slot_span"]
 @dataclass(frozen=True)
 class SlotSpan:
     """Slots [first + i * step, first + i * step + n_slots) of sequence i, and the tokens to attend there:
-    token_mask (b, Hkv, n_slots * p) bool (token t of the span's slot s is position s * p + t)."""
+    token_mask (b, Hkv, n_slots * p) bool (token t of the span's slot s is position s * p + t), and the
+    same as an additive bias (b, Hkv, 1, n_slots * p) float32."""
 
     first: int
     step: int
     n_slots: int
     token_mask: torch.Tensor
+    bias: torch.Tensor
 
 
 def slot_span(page_table: np.ndarray, n_pages: np.ndarray, last_page_tokens: np.ndarray, page_size: int,
@@ -81,7 +84,8 @@ def _slot_span(shape: tuple[int, int, int], table_bytes: bytes, n_pages_bytes: b
     keep = offsets < last_page_tokens[:, None, None]
     np.put_along_axis(tokens, tail, np.take_along_axis(tokens, tail, axis=2) & keep, axis=2)
     mask = torch.from_numpy(np.ascontiguousarray(tokens[..., : n_span * page_size]))
-    return SlotSpan(int(lo[0]), step, n_span, mask)
+    bias = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(~mask, float("-inf"))[:, :, None]
+    return SlotSpan(int(lo[0]), step, n_span, mask, bias)
 
 
 def attend_slot_span(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, span: SlotSpan,
@@ -99,7 +103,7 @@ def attend_slot_span(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     values = v_cache.as_strided(size, stride, v_cache.storage_offset() + span.first * row)
     # the group's query heads as G query positions of their KV head: no key/value repeat for GQA
     out = F.scaled_dot_product_attention(q.reshape(b, hkv, hq // hkv, d), keys, values,
-                                         attn_mask=span.token_mask[:, :, None, :])  # (b, Hkv, G, d)
+                                         attn_mask=span.bias)  # (b, Hkv, G, d)
     if has_tokens is not None:
         out = torch.where(has_tokens[:, :, None, None], out, 0.0)
     return out.reshape(b, hq, d)
