@@ -2,9 +2,11 @@
 
 Every operation `<op>` dispatches to `<op>_triton` when its tensors are on CUDA (or when
 FREEKV_FORCE_TRITON=1, used with TRITON_INTERPRET=1 to run the Triton kernels on a CPU) and to
-`<op>_reference` otherwise; top-k selection runs a compiled loop on the CPU instead (`topk_pages_cpu`,
-`kernels.cpu`, equal to the reference). `recall_runs_cpu` is the CPU recall's fused gather + HND->NHD
-copy (a compiled loop), equal to `recall_hnd_to_nhd_reference` of the gathered runs.
+`<op>_reference` otherwise; on the CPU, top-k selection, and for float32 the query similarity and the
+page scores' pooling, run compiled loops instead (`topk_pages_cpu`, `query_similarity_cpu`,
+`page_scores_cpu`, `kernels.cpu`; tested against the references). `recall_runs_cpu` is the CPU recall's
+fused gather + HND->NHD copy (a compiled loop), equal to `recall_hnd_to_nhd_reference` of the gathered
+runs.
 Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim, p page size, P pages per
 sequence. Layouts: GPU cache "NHD" (n_slots, p, Hkv, d); host runs "HND".
 Bad arguments raise `KernelInputError` naming the argument. GPU status: every Triton kernel is tested in
@@ -13,8 +15,19 @@ Triton's interpreter on the CPU and compiled for sm_80 / sm_90 ahead of time; no
 
 from kernels.errors import KernelInputError
 from kernels.offload import offload_nhd_to_hnd, offload_nhd_to_hnd_reference
-from kernels.page_scores import POOLINGS, page_scores, page_scores_reference, page_scores_triton
-from kernels.query_similarity import query_similarity, query_similarity_reference, query_similarity_triton
+from kernels.page_scores import (
+    POOLINGS,
+    page_scores,
+    page_scores_cpu,
+    page_scores_reference,
+    page_scores_triton,
+)
+from kernels.query_similarity import (
+    query_similarity,
+    query_similarity_cpu,
+    query_similarity_reference,
+    query_similarity_triton,
+)
 from kernels.recall import (
     recall_hnd_to_nhd,
     recall_hnd_to_nhd_reference,
@@ -40,6 +53,7 @@ __all__ = [
     "POOLINGS",
     "MAX_TRITON_PAGES",
     "page_scores",
+    "page_scores_cpu",
     "page_scores_reference",
     "page_scores_triton",
     "topk_pages",
@@ -50,6 +64,7 @@ __all__ = [
     "sparse_decode_attention_reference",
     "sparse_decode_attention_triton",
     "query_similarity",
+    "query_similarity_cpu",
     "query_similarity_reference",
     "query_similarity_triton",
     "summarize_pages",

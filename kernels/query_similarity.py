@@ -4,8 +4,10 @@ C[b, h] = mean over the G query heads j of KV head h of cos(q[b, j], q_prev[b, j
 dot / max(|q| * |q_prev|, 1e-6). FreeKV corrects head h when C < tau.
 
 Shapes: q, q_prev (b, Hq, d) float; group_size G divides Hq -> (b, Hq / G) float32.
-GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
-compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
+On the CPU the dispatcher runs a compiled loop for float32 queries (`query_similarity_cpu`, one call
+instead of the reference's seven). GPU status: the Triton kernel is tested against the reference in
+Triton's interpreter on the CPU and compiled ahead of time for sm_80 / sm_90
+(tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_float, next_pow2, require, same_device, use_triton
+from kernels.cpu.query_similarity import query_similarity_loop
 
-__all__ = ["query_similarity", "query_similarity_reference", "query_similarity_triton", "COS_EPS"]
+__all__ = [
+    "query_similarity", "query_similarity_cpu", "query_similarity_reference", "query_similarity_triton",
+    "COS_EPS",
+]
 
 COS_EPS = 1e-6
 
@@ -72,6 +78,17 @@ def query_similarity_reference(q: torch.Tensor, q_prev: torch.Tensor, group_size
     return cos.reshape(b, hkv, group_size).mean(-1)
 
 
+def query_similarity_cpu(q: torch.Tensor, q_prev: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Compiled CPU loop (kernels/cpu/query_similarity.py) for float32 CPU tensors; same contract as
+    `query_similarity_reference` (fp32 sums in another order: equal to about 1e-7)."""
+    b, hkv, _ = _check_args(q, q_prev, group_size)
+    require(q.dtype == q_prev.dtype == torch.float32 and q.device.type == "cpu",
+            "query_similarity_cpu takes float32 CPU tensors")
+    out = torch.empty((b, hkv), dtype=torch.float32)
+    query_similarity_loop(q.detach().numpy(), q_prev.detach().numpy(), group_size, COS_EPS, out.numpy())
+    return out
+
+
 def query_similarity_triton(q: torch.Tensor, q_prev: torch.Tensor, group_size: int) -> torch.Tensor:
     """Triton pooled cosine similarity; same contract as `query_similarity_reference`."""
     b, hkv, d = _check_args(q, q_prev, group_size)
@@ -91,4 +108,6 @@ def query_similarity(q: torch.Tensor, q_prev: torch.Tensor, group_size: int) -> 
     """Pooled cosine similarity (b, Hkv) float32: Triton on CUDA (or when forced), torch otherwise."""
     if use_triton(q, q_prev):
         return query_similarity_triton(q, q_prev, group_size)
+    if q.device.type == q_prev.device.type == "cpu" and q.dtype == q_prev.dtype == torch.float32:
+        return query_similarity_cpu(q, q_prev, group_size)
     return query_similarity_reference(q, q_prev, group_size)

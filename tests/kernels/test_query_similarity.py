@@ -7,7 +7,12 @@ import torch
 from kernel_inputs import DTYPES, FP32_TOL, randn
 
 from kernels import KernelInputError
-from kernels.query_similarity import query_similarity, query_similarity_reference, query_similarity_triton
+from kernels.query_similarity import (
+    query_similarity,
+    query_similarity_cpu,
+    query_similarity_reference,
+    query_similarity_triton,
+)
 
 
 @pytest.mark.usefixtures("triton_interpreter")
@@ -29,6 +34,18 @@ def test_reference_matches_torch_cosine(gen, g):
     q_prev = randn(gen, 2, 3 * g, 16)
     want = torch.nn.functional.cosine_similarity(q, q_prev, dim=-1).reshape(2, 3, g).mean(-1)
     torch.testing.assert_close(query_similarity_reference(q, q_prev, g), want, **FP32_TOL)
+
+
+@pytest.mark.parametrize("g,d", [(1, 16), (3, 64), (4, 24), (7, 8)])
+def test_cpu_loop_matches_reference(gen, g, d):
+    """The compiled CPU loop (what the dispatcher runs for float32 CPU queries), zero vectors included."""
+    q = randn(gen, 3, 2 * g, d)
+    q_prev = q + 0.7 * randn(gen, 3, 2 * g, d)
+    q_prev[0, 0] = 0
+    torch.testing.assert_close(query_similarity_cpu(q, q_prev, g), query_similarity_reference(q, q_prev, g),
+                               **FP32_TOL)
+    torch.testing.assert_close(query_similarity(q, q_prev, g), query_similarity_reference(q, q_prev, g),
+                               **FP32_TOL)
 
 
 def test_identical_and_opposite_queries(gen):
