@@ -217,7 +217,7 @@ def page_scores_cpu(
     hi = min(max(int(hi_host.max(initial=0)), lo), n_pages)
     qf = q.reshape(b * hkv, group, d) * (1.0 / math.sqrt(d))
     bounds = _bound_scores(qf, kmin, kmax, lo, hi) if hi > lo else qf.new_empty((b * hkv, group, 0))
-    pool_page_bounds_loop(bounds.numpy(), lo, lo_host, hi_host, pooling == "max", out.numpy())
+    pool_page_bounds_loop(bounds.detach().numpy(), lo, lo_host, hi_host, pooling == "max", out.numpy())
     return out
 
 

@@ -50,6 +50,9 @@ def plan_reuse(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarra
     The compiled form of `plan_reuse_reference` (same arrays)."""
     b, n_heads, k = top.shape
     n_slots = resident.shape[2]
+    if resident.shape != resident_scores.shape or resident.shape[:2] != (b, n_heads) or k > n_slots:
+        raise ValueError(f"plan_reuse: top {top.shape} (b, H, k <= K), resident {resident.shape} and scores "
+                         f"{resident_scores.shape} (b, H, K) do not fit together")
     plan = ReusePlan(
         selected=np.empty((b, n_heads, k), np.int64), n_selected=np.empty((b, n_heads), np.int64),
         missed=np.empty((b, n_heads, k), np.int64), n_missed=np.empty((b, n_heads), np.int64),
@@ -65,6 +68,9 @@ def apply_plans(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Install the misses of the (sequence, head) pairs where heads (b, H) is True into `resident` (in place).
     The compiled form of `apply_plans_reference` (same arrays, same order)."""
+    if resident.shape != plan.miss_slots.shape or heads.shape != plan.n_missed.shape:
+        raise ValueError(f"apply_plans: resident {resident.shape} and heads {heads.shape} do not fit the "
+                         f"plan {plan.miss_slots.shape}")
     return apply_loop(plan.missed, plan.n_missed, plan.miss_slots, resident, heads)
 
 

@@ -60,3 +60,16 @@ def test_plan_semantics_on_a_small_case() -> None:
     seq, head, page, slot = apply_plans(plan, resident, np.array([[True]]))
     assert list(page) == [7, 9] and list(slot) == [1, 3]
     assert list(resident[0, 0]) == [3, 7, 5, 9, 1]
+
+
+def test_shapes_that_do_not_fit_are_refused() -> None:
+    """The compiled loops index without bounds checks: mismatched arrays are refused before they run."""
+    top = np.zeros((1, 2, 3), np.int32)
+    resident = np.full((1, 2, 3), -1, np.int64)
+    with pytest.raises(ValueError, match="plan_reuse"):
+        plan_reuse(np.zeros((1, 2, 4), np.int32), resident, np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="plan_reuse"):
+        plan_reuse(top, resident, np.zeros((1, 2, 2), np.float32))
+    plan = plan_reuse(top, resident, np.zeros((1, 2, 3), np.float32))
+    with pytest.raises(ValueError, match="apply_plans"):
+        apply_plans(plan, resident, np.ones((1, 3), bool))
