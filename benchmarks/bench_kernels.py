@@ -1,14 +1,16 @@
 """Benchmark the kernels: time per call and achieved bandwidth from an analytic byte count.
 
-    .venv/bin/python benchmarks/bench_kernels.py                 # CPU: torch references only
+    .venv/bin/python benchmarks/bench_kernels.py                 # CPU: torch references, compiled loops
     .venv/bin/python benchmarks/bench_kernels.py --quick         # smaller shapes, fewer repetitions
     .venv/bin/python benchmarks/bench_kernels.py --device cuda   # references and compiled Triton kernels
 
 Shapes follow Llama-3.1-8B (Hq 32, Hkv 8, d 128) with FreeKV's defaults (p 32, 2048-token budget = 64
 pages per KV head) at a 32K-token context (1024 pages). Bytes count each input read once and each
 output written once (the minimum traffic of the operation), so GB/s compares with the memory
-bandwidth of the device. CPU rows time the torch references on this host's CPU (labelled "cpu"); the
-Triton rows exist only on CUDA (the Triton interpreter on CPU is a correctness tool, not timed).
+bandwidth of the device. CPU rows time the torch references on this host's CPU (labelled "cpu") and,
+where an op has one for the dtype, its compiled CPU loop (`<op>_cpu`, backend "cpu_loop"; page scores
+and the query similarity take float32 only, try `--dtype float32`); the Triton rows exist only on CUDA
+(the Triton interpreter on CPU is a correctness tool, not timed).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Case:
     bytes_moved: int
     reference: Callable[[], object]
     triton: Callable[[], object]
+    cpu_loop: Callable[[], object] | None = None  # the compiled CPU path, where it takes these inputs
 
 
 def _nbytes(*tensors: torch.Tensor) -> int:
@@ -50,6 +53,7 @@ def build_cases(device: torch.device, dtype: torch.dtype, gen: torch.Generator, 
         return values.to(torch.int32).to(device)
 
     cases = []
+    f32_cpu = device.type == "cpu" and dtype == torch.float32
     q = rand(b, hq, d)
     a, c = rand(b, hkv, n_pages, d), rand(b, hkv, n_pages, d)
     kmin, kmax = torch.minimum(a, c), torch.maximum(a, c)
@@ -59,12 +63,14 @@ def build_cases(device: torch.device, dtype: torch.dtype, gen: torch.Generator, 
     shape = f"b={b} Hq={hq} Hkv={hkv} P={n_pages} d={d}"
     cases.append(Case("page_scores", shape, _nbytes(q, kmin, kmax, scores),
                       lambda: kernels.page_scores_reference(q, kmin, kmax, lo, hi),
-                      lambda: kernels.page_scores_triton(q, kmin, kmax, lo, hi)))
+                      lambda: kernels.page_scores_triton(q, kmin, kmax, lo, hi),
+                      (lambda: kernels.page_scores_cpu(q, kmin, kmax, lo, hi)) if f32_cpu else None))
     k = budget_pages - 32  # selected pages: budget minus sink and window (FreeKV defaults)
     top = kernels.topk_pages_reference(scores, k)
     cases.append(Case("topk_pages", f"b={b} Hkv={hkv} P={n_pages} k={k}", _nbytes(scores, top),
                       lambda: kernels.topk_pages_reference(scores, k),
-                      lambda: kernels.topk_pages_triton(scores, k)))
+                      lambda: kernels.topk_pages_triton(scores, k),
+                      (lambda: kernels.topk_pages_cpu(scores, k)) if device.type == "cpu" else None))
 
     n_slots = b * hkv * budget_pages
     k_cache, v_cache = rand(n_slots, p, hkv, d), rand(n_slots, p, hkv, d)
@@ -82,7 +88,8 @@ def build_cases(device: torch.device, dtype: torch.dtype, gen: torch.Generator, 
     q_prev = rand(b, hq, d)
     cases.append(Case("query_similarity", f"b={b} Hq={hq} G={g} d={d}", _nbytes(q, q_prev) + b * hkv * 4,
                       lambda: kernels.query_similarity_reference(q, q_prev, g),
-                      lambda: kernels.query_similarity_triton(q, q_prev, g)))
+                      lambda: kernels.query_similarity_triton(q, q_prev, g),
+                      (lambda: kernels.query_similarity_cpu(q, q_prev, g)) if f32_cpu else None))
     k_pages = rand(b * 64, p, hkv, d)
     summary_bytes = _nbytes(k_pages) + 2 * b * 64 * hkv * d * k_pages.element_size()
     cases.append(Case("summarize_pages", f"n={b * 64} p={p} Hkv={hkv} d={d}", summary_bytes,
@@ -92,9 +99,12 @@ def build_cases(device: torch.device, dtype: torch.dtype, gen: torch.Generator, 
     staging = rand(n_recall, 2, p, d)
     pairs = torch.randperm(n_slots * hkv, generator=gen)[:n_recall]
     slots, heads = i32(pairs // hkv), i32(pairs % hkv)
+    run_ids = torch.arange(n_recall).numpy()  # the CPU loop reads the runs in place (here: all of them)
     cases.append(Case("recall_hnd_to_nhd", f"n={n_recall} p={p} d={d}", 2 * _nbytes(staging),
                       lambda: kernels.recall_hnd_to_nhd_reference(staging, heads, slots, k_cache, v_cache),
-                      lambda: kernels.recall_hnd_to_nhd_triton(staging, heads, slots, k_cache, v_cache)))
+                      lambda: kernels.recall_hnd_to_nhd_triton(staging, heads, slots, k_cache, v_cache),
+                      (lambda: kernels.recall_runs_cpu(staging, run_ids, heads.numpy(), slots.numpy(),
+                                                       k_cache, v_cache)) if device.type == "cpu" else None))
     k_page, v_page = rand(b, p, hkv, d), rand(b, p, hkv, d)
     cases.append(Case("offload_nhd_to_hnd", f"n={b} p={p} Hkv={hkv} d={d}", 2 * _nbytes(k_page, v_page),
                       lambda: kernels.offload_nhd_to_hnd(k_page, v_page),
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     reps = args.reps or (5 if args.quick else 20)
     gen = torch.Generator().manual_seed(args.seed)
     cases = build_cases(device, getattr(torch, args.dtype), gen, args.quick)
-    backends = ["reference", "triton"] if use_cuda else ["reference"]
+    backends = ["reference", "triton"] if use_cuda else ["reference", "cpu_loop"]
     label = torch.cuda.get_device_name(device) if use_cuda else f"cpu ({torch.get_num_threads()} threads)"
     print(f"device: {label}; dtype {args.dtype}; median of {reps} calls; GB/s from analytic bytes")
     header = f"{'op':<24} {'backend':<9} {'device':<6} {'shape':<44} {'time_us':>10} {'GB/s':>8}"
@@ -144,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     print("-" * len(header))
     for case in cases:
         for backend in backends:
+            if getattr(case, backend) is None:
+                continue
             seconds = time_call(getattr(case, backend), device, reps)
             gbps = case.bytes_moved / seconds / 1e9
             print(f"{case.op:<24} {backend:<9} {device.type:<6} {case.shape:<44} {seconds * 1e6:>10.1f} "
