@@ -8,8 +8,8 @@ Shapes follow Llama-3.1-8B (Hq 32, Hkv 8, d 128) with FreeKV's defaults (p 32, 2
 pages per KV head) at a 32K-token context (1024 pages). Bytes count each input read once and each
 output written once (the minimum traffic of the operation), so GB/s compares with the memory
 bandwidth of the device. CPU rows time the torch references on this host's CPU (labelled "cpu") and,
-where an op has one for the dtype, its compiled CPU loop (`<op>_cpu`, backend "cpu_loop"; page scores
-and the query similarity take float32 only, try `--dtype float32`); the Triton rows exist only on CUDA
+where an op has one for the dtype, its compiled CPU loop (`<op>_cpu`, backend "cpu_loop"; the query
+similarity takes float32 only, try `--dtype float32`); the Triton rows exist only on CUDA
 (the Triton interpreter on CPU is a correctness tool, not timed).
 """
 
@@ -63,8 +63,7 @@ def build_cases(device: torch.device, dtype: torch.dtype, gen: torch.Generator, 
     shape = f"b={b} Hq={hq} Hkv={hkv} P={n_pages} d={d}"
     cases.append(Case("page_scores", shape, _nbytes(q, kmin, kmax, scores),
                       lambda: kernels.page_scores_reference(q, kmin, kmax, lo, hi),
-                      lambda: kernels.page_scores_triton(q, kmin, kmax, lo, hi),
-                      (lambda: kernels.page_scores_cpu(q, kmin, kmax, lo, hi)) if f32_cpu else None))
+                      lambda: kernels.page_scores_triton(q, kmin, kmax, lo, hi)))
     k = budget_pages - 32  # selected pages: budget minus sink and window (FreeKV defaults)
     top = kernels.topk_pages_reference(scores, k)
     cases.append(Case("topk_pages", f"b={b} Hkv={hkv} P={n_pages} k={k}", _nbytes(scores, top),

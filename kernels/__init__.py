@@ -2,9 +2,9 @@
 
 Every operation `<op>` dispatches to `<op>_triton` when its tensors are on CUDA (or when
 FREEKV_FORCE_TRITON=1, used with TRITON_INTERPRET=1 to run the Triton kernels on a CPU) and to
-`<op>_reference` otherwise; on the CPU, top-k selection, and for float32 the query similarity and the
-page scores' pooling, run compiled loops instead (`topk_pages_cpu`, `query_similarity_cpu`,
-`page_scores_cpu`, `kernels.cpu`; tested against the references). `recall_runs_cpu` is the CPU recall's
+`<op>_reference` otherwise; on the CPU, top-k selection and (for float32) the query similarity run
+compiled loops instead (`topk_pages_cpu`, `query_similarity_cpu`, `kernels.cpu`; tested against the
+references). `recall_runs_cpu` is the CPU recall's
 fused gather + HND->NHD copy (a compiled loop), equal to `recall_hnd_to_nhd_reference` of the gathered
 runs.
 Shapes: b batch, Hq query heads, Hkv KV heads, G = Hq / Hkv, d head dim, p page size, P pages per
@@ -18,7 +18,6 @@ from kernels.offload import offload_nhd_to_hnd, offload_nhd_to_hnd_reference
 from kernels.page_scores import (
     POOLINGS,
     page_scores,
-    page_scores_cpu,
     page_scores_reference,
     page_scores_triton,
 )
@@ -53,7 +52,6 @@ __all__ = [
     "POOLINGS",
     "MAX_TRITON_PAGES",
     "page_scores",
-    "page_scores_cpu",
     "page_scores_reference",
     "page_scores_triton",
     "topk_pages",

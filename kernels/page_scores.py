@@ -13,8 +13,7 @@ page_hi on). Pooling over the G query heads of a KV head:
 Result (b, Hkv, P) float32, -inf outside the candidate range (all -inf where the range is empty).
 
 Shapes: q (b, Hq, d); kmin, kmax (b, Hkv, P, d), any float dtype, kmin <= kmax; page_lo, page_hi (b,)
-int32. Accumulation in float32. On the CPU, float32 inputs go to `page_scores_cpu` (the bounds by one
-GEMM, the pooling by a compiled loop). GPU status: the Triton kernel is tested against the reference in
+int32. Accumulation in float32. GPU status: the Triton kernel is tested against the reference in
 Triton's interpreter on the CPU and compiled ahead of time for sm_80 / sm_90
 (tests/kernels/compile_check.py); it has not run on a GPU yet.
 """
@@ -28,9 +27,8 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
-from kernels.cpu.page_scores import pool_page_bounds_loop
 
-__all__ = ["page_scores", "page_scores_cpu", "page_scores_reference", "page_scores_triton", "POOLINGS"]
+__all__ = ["page_scores", "page_scores_reference", "page_scores_triton", "POOLINGS"]
 
 POOLINGS = ("mean", "max")
 # Upper bound on BLOCK_G * BLOCK_P * BLOCK_D, the (heads x pages x channels) product tile of one iteration.
@@ -202,25 +200,6 @@ def page_scores_reference(
     return (probs.sum(dim=2) / group).masked_fill(outside, float("-inf")).contiguous()
 
 
-def page_scores_cpu(
-    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
-    pooling: str = "mean",
-) -> torch.Tensor:
-    """Float32 CPU page scores; same contract as `page_scores_reference`: the bounds of the pages any
-    sequence may select by one GEMM, the pooling by a compiled loop (kernels/cpu/page_scores.py)."""
-    b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, pooling)
-    require(q.dtype == kmin.dtype == kmax.dtype == torch.float32 and q.device.type == "cpu",
-            "page_scores_cpu takes float32 CPU tensors")
-    lo_host, hi_host = page_lo.numpy(), page_hi.numpy()
-    out = torch.empty((b, hkv, n_pages), dtype=torch.float32)
-    lo = min(max(int(lo_host.min(initial=n_pages)), 0), n_pages)
-    hi = min(max(int(hi_host.max(initial=0)), lo), n_pages)
-    qf = q.reshape(b * hkv, group, d) * (1.0 / math.sqrt(d))
-    bounds = _bound_scores(qf, kmin, kmax, lo, hi) if hi > lo else qf.new_empty((b * hkv, group, 0))
-    pool_page_bounds_loop(bounds.detach().numpy(), lo, lo_host, hi_host, pooling == "max", out.numpy())
-    return out
-
-
 def page_scores_triton(
     q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
     pooling: str = "mean",
@@ -248,6 +227,4 @@ def page_scores(
     """Page scores (b, Hkv, P) float32: Triton on CUDA (or when forced), the torch reference otherwise."""
     if use_triton(q, kmin, kmax, page_lo, page_hi):
         return page_scores_triton(q, kmin, kmax, page_lo, page_hi, pooling)
-    if q.device.type == "cpu" and q.dtype == kmin.dtype == kmax.dtype == torch.float32:
-        return page_scores_cpu(q, kmin, kmax, page_lo, page_hi, pooling)
     return page_scores_reference(q, kmin, kmax, page_lo, page_hi, pooling)

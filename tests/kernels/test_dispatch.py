@@ -66,18 +66,17 @@ def test_forced_dispatch_launches_every_triton_kernel(gen, launches, monkeypatch
 
 
 def test_cpu_dispatch_runs_no_triton_kernel_and_the_compiled_loops(gen, launches, monkeypatch):
-    """On CPU float32 tensors: no Triton launch; top-k, query similarity and page-score pooling run their
-    compiled loops (the other ops the references)."""
+    """On CPU float32 tensors: no Triton launch; top-k and the query similarity run their compiled loops
+    (the other ops the references)."""
     import importlib
 
     monkeypatch.delenv(FORCE_TRITON_ENV, raising=False)
     ran: list[str] = []
     for module, loop in (("kernels.topk_pages", "topk_pages_loop"),
-                         ("kernels.query_similarity", "query_similarity_loop"),
-                         ("kernels.page_scores", "pool_page_bounds_loop")):
+                         ("kernels.query_similarity", "query_similarity_loop")):
         mod = importlib.import_module(module)
         real = getattr(mod, loop)
         monkeypatch.setattr(mod, loop, lambda *a, real=real, loop=loop: (ran.append(loop), real(*a))[1])
     _all_ops(gen)
     assert launches == []
-    assert sorted(ran) == ["pool_page_bounds_loop", "query_similarity_loop", "topk_pages_loop"]
+    assert sorted(ran) == ["query_similarity_loop", "topk_pages_loop"]

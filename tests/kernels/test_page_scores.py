@@ -10,7 +10,7 @@ import torch
 from kernel_inputs import DTYPES, FP32_TOL, randn, summaries
 
 from kernels import KernelInputError
-from kernels.page_scores import page_scores, page_scores_cpu, page_scores_reference, page_scores_triton
+from kernels.page_scores import page_scores, page_scores_reference, page_scores_triton
 from kernels.summarize_pages import summarize_pages_reference
 
 
@@ -170,20 +170,3 @@ def test_reference_one_gemm_over_interleaved_bounds(gen, max_first, monkeypatch)
         got = page_scores_reference(q, jmin[:, :, :pages], jmax[:, :, :pages], page_lo, page_hi)
         assert torch.equal(got.isinf(), want[pages].isinf())
         torch.testing.assert_close(got, want[pages], **FP32_TOL)
-
-
-@pytest.mark.parametrize("pooling", ["mean", "max"])
-@pytest.mark.parametrize("g,n_pages,lo,hi", [(1, 9, [1, 1], [7, 7]), (3, 12, [0, 2], [12, 5]),
-                                              (5, 6, [2, 0], [2, 6]), (7, 8, [3, 3], [3, 3])])
-def test_cpu_path_matches_reference(gen, pooling, g, n_pages, lo, hi):
-    """float32 CPU scores (one GEMM + compiled pooling loop): shared and per-sequence candidate ranges, a
-    sequence without candidates, and a batch without any."""
-    b, hkv, d = 2, 2, 16
-    q = randn(gen, b, hkv * g, d)
-    kmin, kmax = summaries(gen, b, hkv, n_pages, d, torch.float32)
-    page_lo, page_hi = torch.tensor(lo, dtype=torch.int32), torch.tensor(hi, dtype=torch.int32)
-    want = page_scores_reference(q, kmin, kmax, page_lo, page_hi, pooling)
-    for got in (page_scores_cpu(q, kmin, kmax, page_lo, page_hi, pooling),
-                page_scores(q, kmin, kmax, page_lo, page_hi, pooling)):
-        assert torch.equal(got.isinf(), want.isinf())
-        torch.testing.assert_close(got, want, **FP32_TOL)
