@@ -3,7 +3,9 @@
 Any Optuna RDB URL works: `sqlite:///path/study.db` (default, one machine), `postgresql://user@host:
 port/db` (many machines share one study), `mysql+pymysql://...`. Heartbeats are on, so a trial whose
 worker stopped beating for `GRACE_PERIOD_S` is failed and re-queued by the next worker that starts a
-trial; on the worker's own host a dead pid is noticed at once.
+trial; on the worker's own host a dead pid is noticed at once. A trial whose worker died between Optuna
+creating it and the worker recording itself on it (a window of milliseconds) has no owner to check and
+no heartbeat: it is failed once it has been RUNNING for `ORPHAN_AFTER_S` without a worker.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import random
 import time
 import warnings
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
 
 __all__ = ["open_storage", "counts_toward_budget", "recover_interrupted", "requeue", "pid_alive",
-           "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S"]
+           "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S", "ORPHAN_AFTER_S"]
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 60
+ORPHAN_AFTER_S = 10  # a live worker records itself on a new trial within milliseconds
 _OPEN_ATTEMPTS = 4
 
 _SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
@@ -113,19 +117,19 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def requeue(ostudy: Any, trial: Any) -> None:
+def requeue(ostudy: Any, trial: Any) -> bool:
     """Add a WAITING trial with the parameters of the interrupted `trial` (as enqueue_trial does), keeping
     the grid cell of a GridSampler trial so that the sampler's bookkeeping stays whole.
 
     A worker killed while sampling leaves some or none of the parameters: a grid trial is re-queued with
     its cell anyway (the grid counts a failed trial's cell as visited, so it would never be drawn
-    again), and the parameters it had drawn are kept fixed."""
+    again), and the parameters it had drawn are kept fixed. Returns whether a trial was added."""
     import optuna
 
     # killed before, during or after sampling: what was fixed for it (a re-queued trial) and what it drew
     params = {**trial.system_attrs.get("fixed_params", {}), **trial.params}
     if not params and "grid_id" not in trial.system_attrs:
-        return  # nothing was sampled: the sampler draws afresh
+        return False  # nothing was sampled: the sampler draws afresh
     system_attrs: dict[str, Any] = {"fixed_params": dict(params)}
     for key in ("grid_id", "search_space"):
         if key in trial.system_attrs:
@@ -134,32 +138,41 @@ def requeue(ostudy: Any, trial: Any) -> None:
         state=optuna.trial.TrialState.WAITING, system_attrs=system_attrs,
         user_attrs={"requeued_from": trial.number},
     ))
+    return True
 
 
 def recover_interrupted(ostudy: Any, host: str) -> int:
-    """Mark RUNNING trials of dead workers on `host` FAIL (attribute `interrupted`), then re-queue the
-    parameters of every interrupted trial not re-queued yet. Returns how many were re-queued."""
+    """Mark RUNNING trials of dead workers on `host`, and orphans (RUNNING for `ORPHAN_AFTER_S` with no
+    worker recorded, on any host), FAIL (attribute `interrupted`), then re-queue the parameters of every
+    interrupted trial not re-queued yet. Returns how many were re-queued."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     storage = ostudy._storage
+    now = datetime.now()  # Optuna stamps datetime_start with the naive local time
     for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = t.user_attrs.get("worker") or {}
-        if worker.get("host") != host or pid_alive(int(worker.get("pid", -1))):
+        worker = t.user_attrs.get("worker")
+        if not worker:
+            age_s = (now - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+            if age_s < ORPHAN_AFTER_S:
+                continue  # possibly a live worker between creating the trial and recording itself
+            why = f"its worker died before recording itself (RUNNING {age_s:.0f} s with no worker)"
+        elif worker.get("host") != host or pid_alive(int(worker.get("pid", -1))):
             continue
-        try:
+        else:
             why = f"worker pid {worker['pid']} on {host} died"
+        try:
             storage.set_trial_user_attr(t._trial_id, "interrupted", why)
             storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
         except UpdateFinishedTrialError:
             continue
-    requeued = set(ostudy.user_attrs.get("requeued", []))
-    new = []
+    handled = set(ostudy.user_attrs.get("requeued", []))  # interrupted trials already dealt with
+    new, added = [], 0
     for t in ostudy.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if "error" in t.user_attrs or t.number in requeued:
+        if "error" in t.user_attrs or t.number in handled:
             continue
-        requeue(ostudy, t)
+        added += requeue(ostudy, t)
         new.append(t.number)
     if new:
-        ostudy.set_user_attr("requeued", sorted(requeued | set(new)))
-    return len(new)
+        ostudy.set_user_attr("requeued", sorted(handled | set(new)))
+    return added

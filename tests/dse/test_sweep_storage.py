@@ -134,6 +134,21 @@ def test_killed_worker_trial_is_failed_and_requeued(sweep: Sweep) -> None:
     assert [t.number for t in results.completed] == [0]
 
 
+def test_trial_orphaned_before_its_worker_recorded_itself(sweep: Sweep, monkeypatch) -> None:
+    """A worker killed between Optuna creating its trial and recording itself on it leaves a RUNNING trial
+    with no worker and no parameters: left alone while it could still be a live worker's (younger than
+    ORPHAN_AFTER_S), failed as interrupted after that; nothing was drawn, so nothing is re-queued."""
+    import dse.sweep_storage as storage_module
+
+    sweep.ostudy.ask()  # RUNNING, no worker attribute, no parameters
+    assert sweep.recover() == 0 and sweep.ostudy.trials[0].state.name == "RUNNING"
+    monkeypatch.setattr(storage_module, "ORPHAN_AFTER_S", 0)
+    assert sweep.recover() == 0  # failed, but nothing to re-queue
+    orphan = sweep.ostudy.trials[0]
+    assert orphan.state.name == "FAIL" and "died before recording itself" in orphan.user_attrs["interrupted"]
+    assert not counts_toward_budget(orphan)
+
+
 def test_changed_study_definition_is_refused(sweep: Sweep, tmp_path: Path) -> None:
     path = tmp_path / "study.yaml"
     out = f"out_dir={tmp_path / 'out'}"
