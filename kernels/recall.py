@@ -52,26 +52,36 @@ def _recall_hnd_to_nhd_kernel(
     tl.store(v_dst, values, mask=mask)
 
 
-def _check_args(
-    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor, validate: bool = True,
-) -> None:
-    """Shapes, dtypes and devices always; with validate (CPU only) also the id ranges."""
-    check_float("staging", staging, 4)
+def _check_runs_and_caches(
+    name: str, runs: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+) -> tuple[int, int]:
+    """HND runs (n, 2, p, d) against NHD caches (n_slots, p, Hkv, d): shapes and one dtype. Returns
+    (n_slots, Hkv)."""
+    check_float(name, runs, 4)
     check_float("k_cache", k_cache, 4)
     check_float("v_cache", v_cache, 4)
-    n, two, page_size, d = staging.shape
+    _, two, page_size, d = runs.shape
     n_slots, cp, hkv, cd = k_cache.shape
     require(two == 2,
-            lambda: f"staging must be (n, 2, p, d): [i, 0] keys, [i, 1] values; got {tuple(staging.shape)}")
+            lambda: f"{name} must be (n, 2, p, d): [i, 0] keys, [i, 1] values; got {tuple(runs.shape)}")
     require(k_cache.shape == v_cache.shape, lambda: f"k_cache and v_cache must have one shape, got "
             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     require((cp, cd) == (page_size, d),
             lambda: f"caches must be (n_slots, p={page_size}, Hkv, d={d}) NHD, got "
             f"{tuple(k_cache.shape)}")
-    require(staging.dtype == k_cache.dtype == v_cache.dtype,
-            lambda: f"staging, k_cache and v_cache must share a dtype, got {staging.dtype}, {k_cache.dtype}, "
+    require(runs.dtype == k_cache.dtype == v_cache.dtype,
+            lambda: f"{name}, k_cache and v_cache must share a dtype, got {runs.dtype}, {k_cache.dtype}, "
             f"{v_cache.dtype}")
+    return n_slots, hkv
+
+
+def _check_args(
+    staging: torch.Tensor, head_ids: torch.Tensor, slot_ids: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor, validate: bool = True,
+) -> None:
+    """Shapes, dtypes and devices always; with validate (CPU only) also the id ranges."""
+    n_slots, hkv = _check_runs_and_caches("staging", staging, k_cache, v_cache)
+    n = staging.shape[0]
     check_int32("head_ids", head_ids, (n,))
     check_int32("slot_ids", slot_ids, (n,))
     same_device(staging=staging, head_ids=head_ids, slot_ids=slot_ids, k_cache=k_cache, v_cache=v_cache)
@@ -109,16 +119,7 @@ def recall_runs_cpu(
     host pool viewed as runs); run_ids, head_ids, slot_ids (n,) host integer arrays; CPU tensors of one
     dtype (copied as bits). validate=False skips the id-range checks (the ids index memory unchecked).
     """
-    check_float("runs", runs, 4)
-    check_float("k_cache", k_cache, 4)
-    check_float("v_cache", v_cache, 4)
-    _, two, page_size, d = runs.shape
-    n_slots, cp, hkv, cd = k_cache.shape
-    require(two == 2 and (cp, cd) == (page_size, d) and k_cache.shape == v_cache.shape,
-            lambda: f"runs must be (R, 2, p, d) and the caches (n_slots, p, Hkv, d), same p and d; got "
-            f"{tuple(runs.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    require(runs.dtype == k_cache.dtype == v_cache.dtype,
-            lambda: f"runs and caches must share a dtype, got {runs.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    n_slots, hkv = _check_runs_and_caches("runs", runs, k_cache, v_cache)
     require(runs.device.type == k_cache.device.type == v_cache.device.type == "cpu",
             "recall_runs_cpu takes CPU tensors")
     ids = [np.asarray(a) for a in (run_ids, head_ids, slot_ids)]
