@@ -79,6 +79,7 @@ def _start(loaded: LoadedModel, prompt: torch.Tensor, knobs: RuntimeConfig, max_
     device = adapter.device
     timer = OpTimer(device)
     policy = make_policy(knobs)
+    policy.prepare(adapter)
     state = policy.new_state(adapter.shape, 1, device, loaded.dtype, timer)
     ctx = DecodeContext(adapter, state, adapter.rope_table(max_tokens), timer)
     t0 = time.perf_counter()
@@ -125,7 +126,7 @@ def bench(loaded: LoadedModel, knobs: RuntimeConfig, context: int, rounds: int, 
         for method, run in runs.items():
             meta = _metadata(loaded, configs[method], context, dtype_name, run.ctx.timer.clock)
             writer = stack.enter_context(TraceWriter.create(Path(tmp) / method, meta))
-            run.ctx.recorder = TraceRecorder(writer)
+            run.ctx.recorder = TraceRecorder(writer, page_size=configs[method].page_size)
         traced = _interleaved(runs, rounds, steps)
     return {m: {"prefill_s": runs[m].prefill_s, "plain": plain[m], "traced": traced[m]} for m in METHODS}
 

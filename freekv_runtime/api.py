@@ -125,6 +125,7 @@ class PolicyRunner:
         self.loaded = loaded
         self.adapter = ModelAdapter(loaded.model)
         self.policy = policy
+        policy.prepare(self.adapter)  # model-dependent set-up (RazorAttention's probe, InfiniGen's weights)
         self.writer = writer
         self.timer = timer
         self.batch_size = batch_size
@@ -141,7 +142,8 @@ class PolicyRunner:
         return DecodeContext(self.adapter, state, self.adapter.rope_table(n_positions), self.timer, recorder)
 
     def _recorder(self, b: int) -> TraceRecorder:
-        recorder = TraceRecorder(self.writer, first_sequence=self.n_sequences)
+        recorder = TraceRecorder(self.writer, first_sequence=self.n_sequences,
+                                 page_size=self.policy.config.page_size)
         self.n_sequences += b
         return recorder
 

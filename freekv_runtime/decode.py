@@ -90,10 +90,15 @@ def sample(logits: torch.Tensor, sampling: Sampling, generator: Generators) -> t
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _observer(ctx: DecodeContext):  # noqa: ANN202 - the state's layer_inputs hook or None
+    return ctx.state.layer_inputs if ctx.state.wants_layer_inputs else None
+
+
 def prefill(ctx: DecodeContext, tokens: torch.Tensor) -> torch.Tensor:
     """tokens (b, T) -> logits (b, V) of the last prompt position; ends the prefill and records it."""
     with ctx.timer.op("prefill_total"):
-        logits = ctx.adapter.forward(tokens, 0, ctx.rope, ctx.state.prefill, ctx.timer)  # (b, V)
+        logits = ctx.adapter.forward(tokens, 0, ctx.rope, ctx.state.prefill, ctx.timer,
+                                     observe=_observer(ctx))  # (b, V)
         decisions = ctx.state.end_prefill()
     timings_s = ctx.timer.collect()
     if ctx.recorder is not None:
@@ -104,7 +109,8 @@ def prefill(ctx: DecodeContext, tokens: torch.Tensor) -> torch.Tensor:
 def decode_one_token(ctx: DecodeContext, token: torch.Tensor, position: int) -> torch.Tensor:
     """token (b, 1) at `position` (= tokens already cached) -> logits (b, V); ends the step and records it."""
     with ctx.timer.op("step_total"):
-        logits = ctx.adapter.forward(token, position, ctx.rope, ctx.state.decode, ctx.timer)  # (b, V)
+        logits = ctx.adapter.forward(token, position, ctx.rope, ctx.state.decode, ctx.timer,
+                                     observe=_observer(ctx))  # (b, V)
         decisions = ctx.state.end_step()
     timings_s = ctx.timer.collect()
     if ctx.recorder is not None:

@@ -22,10 +22,12 @@ from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.policies.base import AttentionShape
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["ModelAdapter", "RopeTable", "Attend", "apply_rope"]
+__all__ = ["ModelAdapter", "RopeTable", "Attend", "Observe", "apply_rope"]
 
 # attend(layer, q, k, v) -> o: a policy state's `prefill` or `decode`.
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# observe(layer, hidden, k_pre_rope, start): a policy state's `layer_inputs` hook.
+Observe = Callable[[int, torch.Tensor, torch.Tensor, int], None]
 
 _SUPPORTED = ("llama", "qwen2")
 
@@ -93,6 +95,24 @@ class ModelAdapter:
     def dtype(self) -> torch.dtype:
         return self._core.embed_tokens.weight.dtype
 
+    def q_proj(self, layer: int) -> torch.nn.Linear:
+        """Layer `layer`'s query projection (`ModelAccess`)."""
+        return self._core.layers[layer].self_attn.q_proj
+
+    def k_proj(self, layer: int) -> torch.nn.Linear:
+        """Layer `layer`'s key projection (`ModelAccess`)."""
+        return self._core.layers[layer].self_attn.k_proj
+
+    @torch.inference_mode()
+    def run_prefill(self, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        """A probe prompt tokens (b, T) through every layer with `state` (a PolicyState) attending by its
+        `prefill`; logits (b, V) of the last position (`ModelAccess`). Nothing is timed or recorded."""
+        from freekv_runtime.timing import OpTimer
+
+        observe = state.layer_inputs if state.wants_layer_inputs else None
+        return self.forward(tokens, 0, self.rope_table(tokens.shape[1]), state.prefill,
+                            OpTimer(torch.device("cpu"), enabled=False), observe=observe)
+
     def rope_table(self, n_positions: int) -> RopeTable:
         """cos/sin for positions 0..n_positions-1 from the model's own rotary module (scaling included)."""
         positions = torch.arange(n_positions, device=self.device)[None]  # (1, P)
@@ -108,12 +128,14 @@ class ModelAdapter:
         attend: Attend,
         timer: OpTimer,
         all_logits: bool = False,
+        observe: Observe | None = None,
     ) -> torch.Tensor:
         """Run T new tokens at positions start..start+T-1 through every layer.
 
         tokens (b, T) int64. `attend(layer, q, k, v)` is the policy state's `prefill` or `decode`
-        (q (b, Hq, T, d), k/v (b, Hkv, T, d) post-RoPE -> (b, Hq, T, d)). Returns logits (b, T, V) if
-        all_logits else (b, V) of the last token.
+        (q (b, Hq, T, d), k/v (b, Hkv, T, d) post-RoPE -> (b, Hq, T, d)). `observe`, if given, sees
+        each layer's normed input and pre-RoPE keys first (`PolicyState.layer_inputs`). Returns logits
+        (b, T, V) if all_logits else (b, V) of the last token.
         """
         b, n_new = tokens.shape
         hq, hkv, d = self.shape.n_qo_heads, self.shape.n_kv_heads, self.shape.head_dim
@@ -127,6 +149,8 @@ class ModelAdapter:
                 q = attn.q_proj(h).view(b, n_new, hq, d).transpose(1, 2)  # (b, Hq, T, d)
                 k = attn.k_proj(h).view(b, n_new, hkv, d).transpose(1, 2)  # (b, Hkv, T, d)
                 v = attn.v_proj(h).view(b, n_new, hkv, d).transpose(1, 2)  # (b, Hkv, T, d)
+                if observe is not None:
+                    observe(layer_idx, h, k, start)
                 q = apply_rope(q, cos, sin)
                 k = apply_rope(k, cos, sin)
             o = attend(layer_idx, q, k, v)  # (b, Hq, T, d)

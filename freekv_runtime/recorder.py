@@ -26,11 +26,26 @@ def _pages(per_layer: list[list[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], .
     return tuple(tuple(np.sort(np.asarray(h, dtype=np.int32)) for h in layer) for layer in per_layer)
 
 
+def _moved(decisions: StepDecisions, page_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fetched_tokens int32, evicted_tokens int32, refactorised bool), each (b, L, H): the policy's, or
+    where it gives none, the missed pages times the page size, nothing evicted, nothing rebuilt."""
+    shape = decisions.attended_tokens.shape
+    fetched = decisions.fetched_tokens
+    if fetched is None:
+        counts = [[[len(h) for h in layer] for layer in seq] for seq in decisions.missed]
+        fetched = np.asarray(counts, dtype=np.int64).reshape(shape) * page_size
+    evicted = np.zeros(shape, np.int32) if decisions.evicted_tokens is None else decisions.evicted_tokens
+    rebuilt = np.zeros(shape, bool) if decisions.refactorised is None else decisions.refactorised
+    return (np.asarray(fetched, dtype=np.int32), np.asarray(evicted, dtype=np.int32),
+            np.asarray(rebuilt, dtype=bool))
+
+
 class TraceRecorder:
     """Implements `freekv_runtime.decode.DecisionSink` over a `traces.TraceWriter` (or no writer)."""
 
-    def __init__(self, writer: Any | None, first_sequence: int = 0) -> None:
+    def __init__(self, writer: Any | None, first_sequence: int = 0, page_size: int = 1) -> None:
         self.writer = writer
+        self.page_size = page_size  # derives fetched tokens from missed pages where a policy gives none
         self.first_sequence = first_sequence
         self.n_steps = 0
         self.attention_mass: list[np.ndarray] = []  # per step: (b, L, H) float32
@@ -57,6 +72,7 @@ class TraceRecorder:
             self.attention_mass.append(np.asarray(decisions.attention_mass, dtype=np.float32))
         if self.writer is None:
             return
+        moved = _moved(decisions, self.page_size)
         for i in range(decisions.similarity.shape[0]):
             mass = decisions.attention_mass
             self.writer.append_step(
@@ -71,5 +87,6 @@ class TraceRecorder:
                     attended_tokens=np.asarray(decisions.attended_tokens[i], dtype=np.int32),
                     timings_s=dict(timings_s),
                     attention_mass=None if mass is None else np.asarray(mass[i], dtype=np.float32),
+                    fetched_tokens=moved[0][i], evicted_tokens=moved[1][i], refactorised=moved[2][i],
                 )
             )

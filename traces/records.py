@@ -109,6 +109,13 @@ class StepRecord:
         "lm_head", "step_total"), clock per metadata.
     attention_mass: optional (L, H) float32, share of the dense attention probability mass (mean over
         the group's query heads) that falls on the attended tokens; only when measured.
+    fetched_tokens: (L, H) int32 (format 2), tokens this step copied host -> GPU for that head (recalled
+        or prefetched; synchronously where `corrected`, in the background elsewhere). Format-1 traces
+        read as missed pages x page size (what FreeKV's page recall moves); None where unknown.
+    evicted_tokens: (L, H) int32 (format 2), tokens the head's GPU cache gave up at this step (dropped
+        for good by a dropping method, replaced in a retrieval method's cache). Format 1: zeros.
+    refactorised: (L, H) bool (format 2), the head's compressed state was rebuilt at this step
+        (ShadowKV's re-factorisation). Format 1: False.
     """
 
     sequence: int
@@ -121,6 +128,9 @@ class StepRecord:
     attended_tokens: np.ndarray
     timings_s: dict[str, float] = field(default_factory=dict)
     attention_mass: np.ndarray | None = None
+    fetched_tokens: np.ndarray | None = None
+    evicted_tokens: np.ndarray | None = None
+    refactorised: np.ndarray | None = None
 
     @property
     def n_layers(self) -> int:
@@ -145,7 +155,8 @@ class StepRecord:
             == (other.sequence, other.step, other.context_tokens, other.timings_s)
             and all(
                 _same_array(getattr(self, n), getattr(other, n))
-                for n in ("similarity", "corrected", "attended_tokens", "attention_mass")
+                for n in ("similarity", "corrected", "attended_tokens", "attention_mass", "fetched_tokens",
+                          "evicted_tokens", "refactorised")
             )
             and _same_nested(self.selected, other.selected)
             and _same_nested(self.missed, other.missed)

@@ -142,7 +142,9 @@ def _one(
     )
     adapter = ModelAdapter(loaded.model)
     timer = OpTimer(device)
-    state = make_policy(knobs).new_state(adapter.shape, batch, device, dtype, timer)
+    policy = make_policy(knobs)
+    policy.prepare(adapter)
+    state = policy.new_state(adapter.shape, batch, device, dtype, timer)
     trace_steps = min(steps, 8)
     total = context + WARMUP_STEPS + steps + trace_steps + PROFILE_STEPS + 1
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -208,7 +210,7 @@ def _one(
         extra={"weights": loaded.source, "random_weights": seed, "setup": setup.label},
     )
     with TraceWriter.create(out / "trace", meta, overwrite=True) as writer:
-        sink = _Sink(TraceRecorder(writer))
+        sink = _Sink(TraceRecorder(writer, page_size=knobs.page_size))
         ctx.recorder = sink
         traced = [timed() for _ in range(trace_steps)]
         ctx.recorder = None

@@ -16,10 +16,11 @@ Decode of a sparse layer (a layer not in `config.dense_layers`), per step:
 Prefill is dense causal attention over the prompt (as in every method's own code); `_after_prefill` lets
 the method score the prompt (H2O: accumulated attention, SnapKV: observation-window votes).
 
-Trace (existing format): similarity NaN and nothing corrected (no correction check: correction rates are
-not applicable), `selected` and `missed` empty (nothing is selected from or recalled over the host link;
-the hit rate is then undefined), `attended_tokens` the tokens attended per layer and KV head, attention
-mass (optional) the dense probability mass on the kept tokens. The per-step page lists of `initial_selected`
+Trace: similarity NaN and nothing corrected (no correction check: correction rates are not applicable),
+`selected` and `missed` empty (nothing is selected from or recalled over the host link; the hit rate is
+then undefined), `attended_tokens` the tokens attended per layer and KV head, `evicted_tokens` the tokens
+dropped at this step, nothing fetched, attention mass (optional) the dense probability mass on the kept
+tokens. The per-step page lists of `initial_selected`
 are empty.
 
 Shapes: b batch, Hq / Hkv query / KV heads, G = Hq / Hkv, N cached tokens, T prompt tokens, d head dim.
@@ -156,9 +157,11 @@ class DroppingState(PolicyState):
             self.log.dense(layer, n)
             return out
         keep = torch.cat([self.keep[layer], torch.ones_like(self.keep[layer][:, :, :1])], dim=2)
+        held = keep.sum(-1)
         if n > self.config.budget_tokens:
             with self.timer.op("select"):
                 keep = self._evict(layer, keep, n)
+        self.log.moved(layer, evicted_tokens=(held - keep.sum(-1)).cpu().numpy())
         self.keep[layer] = keep
         with self.timer.op("attention"):
             out, probs = masked_decode(q, keys, values, keep)

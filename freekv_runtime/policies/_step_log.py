@@ -28,6 +28,10 @@ class StepLog:
         self.corrected = np.zeros(self.shape, dtype=bool)
         self.attended_tokens = np.zeros(self.shape, dtype=np.int32)
         self.mass = np.full(self.shape, np.nan, dtype=np.float32) if self.measure_mass else None
+        # what the method moved (StepDecisions): None until a policy reports it (then derived by the recorder)
+        self.fetched: np.ndarray | None = None
+        self.evicted: np.ndarray | None = None
+        self.refactorised: np.ndarray | None = None
         # layer -> (selected ascending, n_selected, missed ascending, n_missed), each (b, H, ...)
         self._pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -42,6 +46,20 @@ class StepLog:
         self.attended_tokens[:, layer] = attended_tokens
         if self.mass is not None and mass is not None:
             self.mass[:, layer] = mass
+
+    def moved(self, layer: int, fetched_tokens: np.ndarray | None = None,
+              evicted_tokens: np.ndarray | None = None, refactorised: np.ndarray | None = None) -> None:
+        """What layer `layer` moved at this step, each (b, H): tokens copied host -> GPU, tokens its GPU
+        cache gave up, heads whose compressed state was rebuilt. A policy that reports one of them for
+        some layer reports it for all (the others stay 0 / False)."""
+        reports = (("fetched", fetched_tokens, np.int32), ("evicted", evicted_tokens, np.int32),
+                   ("refactorised", refactorised, bool))
+        for name, value, dtype in reports:
+            if value is None:
+                continue
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(self.shape, dtype=dtype))
+            getattr(self, name)[:, layer] = value
 
     def sparse(self, layer: int, similarity: np.ndarray, corrected: np.ndarray, plan: ReusePlan) -> None:
         """similarity, corrected (b, H); plan of this step's selection with q_t."""
@@ -62,6 +80,7 @@ class StepLog:
         out = StepDecisions(
             similarity=self.similarity, corrected=self.corrected, selected=selected, missed=missed,
             attended_tokens=self.attended_tokens, attention_mass=self.mass,
+            fetched_tokens=self.fetched, evicted_tokens=self.evicted, refactorised=self.refactorised,
         )
         self._reset()
         return out

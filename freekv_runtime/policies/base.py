@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -20,7 +20,10 @@ import torch
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["AttentionShape", "KVPolicy", "PolicyState", "StepDecisions", "PrefillDecisions"]
+if TYPE_CHECKING:
+    from freekv_runtime.model import RopeTable
+
+__all__ = ["AttentionShape", "KVPolicy", "ModelAccess", "PolicyState", "StepDecisions", "PrefillDecisions"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,15 @@ class StepDecisions:
     similarity: (b, L, Hkv) float32, NaN where undefined.   corrected: (b, L, Hkv) bool.
     selected[b][l][h], missed[b][l][h]: int32 sorted page ids (see traces.records.StepRecord).
     attended_tokens: (b, L, Hkv) int32.   attention_mass: (b, L, Hkv) float32 or None.
+
+    What the method moved at this step (trace format 2, see traces.records.StepRecord), each (b, L, Hkv):
+    fetched_tokens int32: tokens copied host -> GPU (recalled, prefetched; synchronously for the heads
+        with `corrected` True, in the background for the others);
+    evicted_tokens int32: tokens the GPU cache gave up (dropped for good by a dropping method; replaced
+        in a retrieval method's GPU cache, their host copy kept);
+    refactorised bool: the head's compressed state was rebuilt (ShadowKV's re-factorisation).
+    None: derived by the recorder (fetched = the missed pages times the page size, nothing evicted or
+    rebuilt), which is what FreeKV-style page recall moves.
     """
 
     similarity: np.ndarray
@@ -57,10 +69,50 @@ class StepDecisions:
     missed: list[list[list[np.ndarray]]]
     attended_tokens: np.ndarray
     attention_mass: np.ndarray | None = None
+    fetched_tokens: np.ndarray | None = None
+    evicted_tokens: np.ndarray | None = None
+    refactorised: np.ndarray | None = None
+
+
+class ModelAccess(Protocol):
+    """What a policy may read of the loaded model beyond each layer's q, k, v (`KVPolicy.prepare`):
+    InfiniGen's partial projections, ShadowKV's RoPE, RazorAttention's retrieval-head probe.
+    `freekv_runtime.model.ModelAdapter` implements it."""
+
+    shape: AttentionShape
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def q_proj(self, layer: int) -> torch.nn.Linear:
+        """Layer `layer`'s query projection (D -> Hq * d; Qwen2's bias inside)."""
+
+    def k_proj(self, layer: int) -> torch.nn.Linear:
+        """Layer `layer`'s key projection (D -> Hkv * d)."""
+
+    def rope_table(self, n_positions: int) -> RopeTable:
+        """cos/sin of positions 0..n_positions-1 (freekv_runtime.model.RopeTable, apply_rope)."""
+
+    def run_prefill(self, tokens: torch.Tensor, state: PolicyState) -> torch.Tensor:
+        """Run a probe prompt tokens (b, T) through the model with `state` attending (its `prefill` per
+        layer, its `layer_inputs` hook when it wants them); returns the last position's logits (b, V)."""
 
 
 class PolicyState(ABC):
-    """Per-request state of one policy for a batch: KV store, caches, last queries."""
+    """Per-request state of one policy for a batch: KV store, caches, last queries.
+
+    wants_layer_inputs: when True, the model calls `layer_inputs` before each layer's prefill or decode
+    (costs a little host time, so only states that use it ask)."""
+
+    wants_layer_inputs: ClassVar[bool] = False
+
+    def layer_inputs(self, layer: int, hidden: torch.Tensor, k_pre_rope: torch.Tensor, start: int) -> None:
+        """Before layer `layer` attends: its normed attention input hidden (b, T, D), its new keys before
+        RoPE k_pre_rope (b, Hkv, T, d), at positions start..start+T-1. Default: ignored."""
+        return
 
     @abstractmethod
     def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -86,6 +138,11 @@ class KVPolicy(ABC):
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
+
+    def prepare(self, model: ModelAccess) -> None:
+        """Called once by the runtime after the model is loaded and before any `new_state`: read what the
+        method needs of the model (RazorAttention's head probe, InfiniGen's projections). Default: none."""
+        return
 
     @abstractmethod
     def new_state(

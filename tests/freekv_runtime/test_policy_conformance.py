@@ -4,6 +4,10 @@ Each test runs a policy through a prefill and a few decode steps the way the dec
 layer, then `end_step`). Queries of adjacent steps are made similar with per-head noise, so FreeKV
 corrects some heads and not others at tau = 0.85. Adding a method to `POLICIES` adds it here; a policy
 whose module does not exist yet is skipped with that reason.
+
+Every policy is `prepare`d with a tiny random Llama of the suite's shape (`tiny_model`), as the runtime
+prepares it with the real one; a state that wants layer inputs gets each layer's random hidden input and
+the episode's keys with RoPE undone (so that its pre-RoPE keys are those of the keys it attends).
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import pytest
 import torch
 
 from freekv_runtime.config import RuntimeConfig
+from freekv_runtime.model import ModelAdapter, RopeTable
 from freekv_runtime.policies import POLICIES, make_policy
 from freekv_runtime.policies.base import AttentionShape, PrefillDecisions, StepDecisions
 from freekv_runtime.timing import OpTimer
 
 SHAPE = AttentionShape(n_layers=3, n_qo_heads=6, n_kv_heads=2, head_dim=16)
+HIDDEN = 96  # the tiny model's hidden size (its layer inputs)
 # Policies that attend everything by definition: the budget does not apply to them.
 UNBUDGETED = {"full": "full attention is dense by definition (the accuracy reference)"}
 # fp32 runtime vs a float64 dense reference over at most a few hundred tokens.
@@ -37,6 +43,34 @@ class Episode:
 
     prompt: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     steps: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
+    prompt_hidden: torch.Tensor | None = None  # (L, T, D) each layer's input
+    step_hidden: torch.Tensor | None = None  # (S, L, 1, D)
+
+
+_TINY: dict[tuple[int, int, int, int], ModelAdapter] = {}
+
+
+def tiny_model(shape: AttentionShape = SHAPE) -> ModelAdapter:
+    """A random-weight Llama of `shape` (hidden size HIDDEN, seed 0), the `ModelAccess` policies get."""
+    key = (shape.n_layers, shape.n_qo_heads, shape.n_kv_heads, shape.head_dim)
+    if key not in _TINY:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=64, hidden_size=HIDDEN, intermediate_size=128,
+                             num_hidden_layers=shape.n_layers, num_attention_heads=shape.n_qo_heads,
+                             num_key_value_heads=shape.n_kv_heads, head_dim=shape.head_dim,
+                             max_position_embeddings=512)
+        _TINY[key] = ModelAdapter(LlamaForCausalLM(config).eval())
+    return _TINY[key]
+
+
+def undo_rope(k: torch.Tensor, rope: RopeTable, start: int) -> torch.Tensor:
+    """Keys before RoPE: k (b, H, T, d) post-RoPE at positions start..start+T-1 rotated back."""
+    cos, sin = rope.at(start, k.shape[2])
+    half = k.shape[-1] // 2
+    rotated = torch.cat((-k[..., half:], k[..., :half]), dim=-1)
+    return k * cos - rotated * sin
 
 
 def make_episode(shape: AttentionShape, prompt_tokens: int, n_steps: int, seed: int) -> Episode:
@@ -58,7 +92,9 @@ def make_episode(shape: AttentionShape, prompt_tokens: int, n_steps: int, seed: 
             k, v = torch.randn(hkv, 1, d, generator=g), torch.randn(hkv, 1, d, generator=g)
             layers.append((q_last[layer], k, v))
         steps.append(layers)
-    return Episode(prompt, steps)
+    hidden = torch.randn(shape.n_layers, prompt_tokens + n_steps, HIDDEN, generator=g)
+    step_hidden = hidden[:, prompt_tokens:].transpose(0, 1)[:, :, :, None]  # (S, L, 1, D)
+    return Episode(prompt, steps, hidden[:, :prompt_tokens], step_hidden.contiguous())
 
 
 @dataclass
@@ -73,17 +109,28 @@ class Run:
 def run_policy(config: RuntimeConfig, episodes: list[Episode], shape: AttentionShape = SHAPE) -> Run:
     """Drive a policy over a batch made of the episodes (stacked on dim 0), as the decode loop does."""
     device = torch.device("cpu")
-    state = make_policy(config).new_state(shape, len(episodes), device, torch.float32, OpTimer(device))
+    policy = make_policy(config)
+    model = tiny_model(shape)
+    policy.prepare(model)
+    state = policy.new_state(shape, len(episodes), device, torch.float32, OpTimer(device))
+    n_prompt, n_steps = episodes[0].prompt[0][0].shape[1], len(episodes[0].steps)
+    rope = model.rope_table(n_prompt + n_steps)
 
     def batch(parts: list[tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:
         return [torch.stack(t) for t in zip(*parts, strict=True)]
 
-    prefill_out = [state.prefill(layer, *batch([e.prompt[layer] for e in episodes])) for layer in
-                   range(shape.n_layers)]
+    def attend(fn, layer: int, qkv: list[torch.Tensor], hidden: list[torch.Tensor], start: int):  # noqa: ANN001, ANN202
+        if state.wants_layer_inputs:
+            state.layer_inputs(layer, torch.stack(hidden), undo_rope(qkv[1], rope, start), start)
+        return fn(layer, *qkv)
+
+    prefill_out = [attend(state.prefill, layer, batch([e.prompt[layer] for e in episodes]),
+                          [e.prompt_hidden[layer] for e in episodes], 0) for layer in range(shape.n_layers)]
     prefill = state.end_prefill()
     decode_out, steps = [], []
-    for t in range(len(episodes[0].steps)):
-        decode_out.append([state.decode(layer, *batch([e.steps[t][layer] for e in episodes]))
+    for t in range(n_steps):
+        decode_out.append([attend(state.decode, layer, batch([e.steps[t][layer] for e in episodes]),
+                                  [e.step_hidden[t, layer] for e in episodes], n_prompt + t)
                            for layer in range(shape.n_layers)])
         steps.append(state.end_step())
     return Run(prefill_out, decode_out, prefill, steps, state)
@@ -123,6 +170,11 @@ def assert_same_decisions(a: StepDecisions, ia: int, b: StepDecisions, ib: int) 
                 np.testing.assert_array_equal(ha, hb)
     if a.attention_mass is not None or b.attention_mass is not None:
         np.testing.assert_allclose(a.attention_mass[ia], b.attention_mass[ib], atol=1e-6)
+    for field in ("fetched_tokens", "evicted_tokens", "refactorised"):
+        fa, fb = getattr(a, field), getattr(b, field)
+        assert (fa is None) == (fb is None), field
+        if fa is not None:
+            np.testing.assert_array_equal(fa[ia], fb[ib])
 
 
 METHODS = sorted(POLICIES)
