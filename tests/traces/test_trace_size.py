@@ -39,8 +39,9 @@ def test_llama_step_is_compact(tmp_path: Path, churn: int, max_bytes_per_step: i
     naive = 1024 + 256 + 4 * 31 * 8 * 64 + 4 * float(np.mean([s.missed_counts().sum() for s in steps])) + 1024
     hit_rate = 1 - sum(int(s.missed_counts().sum()) for s in steps[1:]) / sum(
         int(s.selected_counts().sum()) for s in steps[1:])
-    print(f"\nllama-3.1-8b step, movement {movement}, churn <= {churn} pages/head (hit rate {hit_rate:.3f}): {per_step:.0f} bytes "
-          f"per step ({naive / per_step:.0f}x smaller than naive {naive:.0f} B); first step {first_bytes} B")
+    print(f"\nllama-3.1-8b step, movement {movement}, churn <= {churn} pages/head (hit rate {hit_rate:.3f}): "
+          f"{per_step:.0f} bytes per step ({naive / per_step:.0f}x smaller than naive {naive:.0f} B); "
+          f"first step {first_bytes} B")
     assert per_step < max_bytes_per_step
     reader = open_trace(path)
     assert reader.n_steps == N_STEPS + 1

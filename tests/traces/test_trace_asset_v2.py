@@ -1,0 +1,94 @@
+"""The frozen format-version-2 trace (tests/traces/assets/v2_small) must stay readable, value for value.
+
+The asset was written once by make_v2_asset.py; expected.json lists every record as plain JSON. It holds
+the format-2 movement fields in every combination the format allows: all present, all None, some None,
+FreeKV's (fetched = missed pages x page size) and values near 2**31.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from traces import PrefillRecord, StepRecord, open_trace
+
+ASSET = Path(__file__).resolve().parent / "assets" / "v2_small"
+
+
+def _floats(values: list) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _lists(nested: tuple) -> list:
+    return [[ids.tolist() for ids in layer] for layer in nested]
+
+
+def _grid(a: np.ndarray | None) -> list | None:
+    return None if a is None else a.ravel().tolist()
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[dict]:
+    return json.loads((ASSET / "expected.json").read_text())
+
+
+def test_asset_metadata() -> None:
+    reader = open_trace(ASSET)
+    assert reader.meta.format_version == 2
+    assert (reader.n_steps, reader.n_prefills, reader.complete, reader.truncated) == (6, 2, True, False)
+    assert reader.meta.model.name == "tiny-3x2" and reader.meta.runtime["page_size"] == 32
+    assert reader.meta.runtime["dense_layers"] == [0]
+
+
+def test_asset_spot_values() -> None:
+    """Values written out by hand, so a reader that drifts fails with a readable diff."""
+    records = list(open_trace(ASSET).records())
+    first = records[0]
+    assert isinstance(first, PrefillRecord) and (first.sequence, first.prompt_tokens) == (0, 512)
+    assert first.initial_selected[1][0].tolist() == [0, 2, 6, 8]
+    step = records[2]
+    assert isinstance(step, StepRecord) and (step.sequence, step.step, step.context_tokens) == (0, 0, 513)
+    assert step.missed[1][0].tolist() == [1, 2, 10, 13] and step.selected[2][1].tolist() == [3, 5, 8, 10]
+    assert step.fetched_tokens.tolist() == [[820, 3846], [3374, 2598], [2473, 1514]]
+    assert step.evicted_tokens.tolist() == [[0, 2], [2, 1764239616], [0, 0]]
+    assert step.refactorised is not None and not step.refactorised.any()
+    assert step.fetched_tokens.dtype == step.evicted_tokens.dtype == np.int32
+    none = records[3]
+    assert (none.sequence, none.step) == (1, 0)
+    assert none.fetched_tokens is None and none.evicted_tokens is None and none.refactorised is None
+    freekv = records[4]  # FreeKV's: one missed page of 32 tokens in layer 2, head 1
+    assert freekv.missed[2][1].tolist() == [2]
+    assert freekv.fetched_tokens.tolist() == [[0, 0], [0, 0], [0, 32]]
+    assert not freekv.evicted_tokens.any() and not freekv.refactorised.any()
+    assert records[5].evicted_tokens is None
+    assert records[5].refactorised.tolist() == [[False, True], [False, False], [False, True]]
+    last = records[-1]
+    assert (last.sequence, last.step, last.refactorised[0, 0]) == (1, 2, True)
+    assert last.evicted_tokens.tolist() == [[0, 1274931595], [1, 72844492], [1327436509, 1]]
+
+
+def test_asset_every_value_matches_expected_json(expected: list[dict]) -> None:
+    records = list(open_trace(ASSET).records())
+    assert len(records) == len(expected) == 8
+    for rec, exp in zip(records, expected, strict=True):
+        if exp["kind"] == "prefill":
+            assert isinstance(rec, PrefillRecord)
+            assert (rec.sequence, rec.prompt_tokens, rec.timings_s) == (
+                exp["sequence"], exp["prompt_tokens"], exp["timings_s"])
+            assert _lists(rec.initial_selected) == exp["initial_selected"]
+            continue
+        assert isinstance(rec, StepRecord)
+        assert (rec.sequence, rec.step, rec.context_tokens, rec.timings_s) == (
+            exp["sequence"], exp["step"], exp["context_tokens"], exp["timings_s"])
+        np.testing.assert_array_equal(rec.similarity.ravel().astype(np.float64), _floats(exp["similarity"]))
+        assert rec.corrected.ravel().tolist() == exp["corrected"]
+        assert _lists(rec.selected) == exp["selected"] and _lists(rec.missed) == exp["missed"]
+        assert rec.attended_tokens.ravel().tolist() == exp["attended_tokens"]
+        np.testing.assert_array_equal(rec.attention_mass.ravel().astype(np.float64),
+                                      _floats(exp["attention_mass"]))
+        assert _grid(rec.fetched_tokens) == exp["fetched_tokens"]
+        assert _grid(rec.evicted_tokens) == exp["evicted_tokens"]
+        assert _grid(rec.refactorised) == exp["refactorised"]
