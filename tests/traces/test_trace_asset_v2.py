@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from traces import PrefillRecord, StepRecord, open_trace
+from traces.stats import trace_summary
 
 ASSET = Path(__file__).resolve().parent / "assets" / "v2_small"
 
@@ -92,3 +93,30 @@ def test_asset_every_value_matches_expected_json(expected: list[dict]) -> None:
         assert _grid(rec.fetched_tokens) == exp["fetched_tokens"]
         assert _grid(rec.evicted_tokens) == exp["evicted_tokens"]
         assert _grid(rec.refactorised) == exp["refactorised"]
+
+
+def test_asset_summary_and_command_line(expected: list[dict], capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary's movement figures, recomputed from expected.json: recorded values, or where a field
+    is None, FreeKV's (missed pages x page size 32 fetched, nothing evicted)."""
+    from traces.__main__ import main
+
+    steps = [e for e in expected if e["kind"] == "step"]
+
+    def fetched(e: dict) -> int:
+        if e["fetched_tokens"] is not None:
+            return sum(e["fetched_tokens"])
+        return 32 * sum(len(ids) for layer in e["missed"] for ids in layer)
+
+    total_fetched = sum(fetched(e) for e in steps)
+    total_evicted = sum(sum(e["evicted_tokens"] or []) for e in steps)
+    summary = trace_summary(open_trace(ASSET))
+    assert summary["format_version"] == 2 and summary["steps"] == 6
+    assert summary["fetched_tokens_per_step"] == pytest.approx(total_fetched / 6)
+    assert summary["fetched_bytes_total"] == total_fetched * 64 * 2 * 2
+    assert summary["evicted_bytes_total"] == total_evicted * 64 * 2 * 2
+    assert summary["refactorised_heads_per_step"] == pytest.approx(4 / 6)
+    assert summary["movement_basis"].startswith("recorded for 3 steps, derived for 3")
+    assert main([str(ASSET)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["fetched_tokens_per_step"] == summary["fetched_tokens_per_step"]
+    assert "6 steps, 2 prefills, complete" in err
