@@ -353,8 +353,8 @@ def _check_runtime(runtime: dict[str, Any], model: ModelSpec, path: Path) -> Non
     or null, dense_layers a list of the model's layer indices."""
     for name, low in _RUNTIME_INTS.items():
         v = runtime.get(name)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
-            raise TraceError(f"{path}: meta.runtime.{name} must be an integer >= {low}, got {v!r}")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not low <= v < 1 << 31):
+            raise TraceError(f"{path}: meta.runtime.{name} must be an integer in [{low}, 2**31), got {v!r}")
     tau = runtime.get("tau")
     if tau is not None and (not isinstance(tau, (int, float)) or isinstance(tau, bool)):
         raise TraceError(f"{path}: meta.runtime.tau must be a number or null, got {tau!r}")

@@ -185,7 +185,15 @@ def movement_from_missed(
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """What a record without movement fields (format 1, or format 2 written with None) is taken to have
     moved: fetched = missed pages x page_size int32 (None if page_size is None), evicted zeros int32,
-    refactorised all False; each shaped like `missed_counts` (L, H)."""
+    refactorised all False; each shaped like `missed_counts` (L, H). ValueError if a product leaves int32."""
     counts = np.asarray(missed_counts, dtype=np.int64)
-    fetched = None if page_size is None else (counts * int(page_size)).astype(np.int32)
+    fetched = None
+    if page_size is not None:
+        tokens = counts * int(page_size)
+        if tokens.size and not 0 <= tokens.min() <= tokens.max() < 1 << 31:
+            raise ValueError(
+                f"missed pages x page_size {page_size} = {tokens.max()} tokens does not fit int32 "
+                "fetched_tokens"
+            )
+        fetched = tokens.astype(np.int32)
     return fetched, np.zeros(counts.shape, np.int32), np.zeros(counts.shape, bool)

@@ -178,6 +178,7 @@ class _Pass:
         page_size = reader.meta.runtime.get("page_size")
         self.page_size = page_size if isinstance(page_size, int) and not isinstance(page_size, bool) else None
         self.v1 = reader.meta.format_version == 1
+        self.path = reader.path
         self.fetched = np.zeros(n_layers, np.int64)  # movement: over every step
         self.fetched_sync = 0
         self.fetched_steps = 0
@@ -217,7 +218,10 @@ class _Pass:
         self.missed += missed
 
     def _add_movement(self, rec: StepRecord) -> None:
-        fetched, evicted, rebuilt = rec.movement(self.page_size)
+        try:
+            fetched, evicted, rebuilt = rec.movement(self.page_size)
+        except ValueError as exc:
+            raise TraceError(f"{self.path}: step {rec.step} of sequence {rec.sequence}: {exc}") from None
         recorded = (rec.fetched_tokens, rec.evicted_tokens, rec.refactorised)
         self.derived_steps += self.v1 or any(x is None for x in recorded)
         if fetched is not None:

@@ -259,3 +259,12 @@ def test_steps_within_the_budget_are_not_checks(tmp_path: Path) -> None:
     wide = open_trace(write_trace(tmp_path / "w", make_meta(model, dense_layers=(0,), budget_tokens=256),
                                   [*within, *past]))
     assert correction_rate(wide).n_checks == 12 and trace_summary(wide)["steps_within_budget"] == 0
+
+
+def test_derived_movement_that_does_not_fit_int32_is_a_trace_error(tmp_path: Path) -> None:
+    """A format-2 step without movement fields derives missed pages x page_size; too large is refused."""
+    model = tiny_model(2, 1)
+    records = random_run(3, model, n_sequences=1, n_steps=2, dense_layers=())
+    path = write_trace(tmp_path / "t", make_meta(model, dense_layers=(), page_size=2**30), records)
+    with pytest.raises(TraceError, match=r"/t: step 0 of sequence 0: missed pages x page_size 1073741824"):
+        trace_summary(open_trace(path))

@@ -9,8 +9,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from traces import StepRecord, open_trace
+from traces import StepRecord, TraceError, open_trace
 
 V1 = Path(__file__).resolve().parent / "assets" / "v1_small"
 
@@ -43,3 +44,19 @@ def test_v1_without_page_size_has_no_fetched_tokens(tmp_path: Path) -> None:
     rec = next(open_trace(path).steps())
     assert rec.fetched_tokens is None and rec.movement(None)[0] is None
     assert not rec.evicted_tokens.any() and not rec.refactorised.any()
+
+
+def test_v1_page_size_too_large_for_int32_is_a_clear_error(tmp_path: Path) -> None:
+    """missed pages x page_size must fit int32 fetched tokens: a meta.json saying otherwise is refused."""
+    path = tmp_path / "v1"
+    shutil.copytree(V1, path)
+    doc = json.loads((path / "meta.json").read_text())
+    doc["meta"]["runtime"]["page_size"] = 2**31
+    (path / "meta.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match=r"meta.runtime.page_size must be an integer in \[1, 2\*\*31\)"):
+        open_trace(path)
+    doc["meta"]["runtime"]["page_size"] = 2**30  # the first step misses 4 pages of one head
+    (path / "meta.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match=r"step frame passes its checksum but does not decode \(missed "
+                                         r"pages x page_size 1073741824 = 4294967296 tokens does not fit"):
+        list(open_trace(path).steps())
