@@ -89,7 +89,7 @@ class TraceReader:
         return f"{self.path}: {self.n_steps} steps, {self.n_prefills} prefills, {how}"
 
     def _decoder(self) -> RecordDecoder:
-        page_size = self.meta.runtime.get("page_size")  # checked by meta_from_json: an int >= 1 or None
+        page_size = self.meta.runtime.get("page_size")  # meta_from_json: int in [1, 2**31) or None
         return RecordDecoder(self.n_layers, self.n_kv_heads, self.meta.format_version, page_size)
 
     def records(self) -> Iterator[PrefillRecord | StepRecord]:
