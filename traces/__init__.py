@@ -1,7 +1,8 @@
 """Traces: the contract between the runtime (producer) and the simulator and DSE tools (consumers).
 
 A trace records, per decode step, layer and KV head, what a KV retrieval policy did: pooled query
-similarity, correction, pages selected and pages recalled, plus run metadata and measured timings.
+similarity, correction, pages selected and pages recalled, tokens fetched and evicted and re-factorised
+heads (format 2), plus run metadata and measured timings.
 See docs/trace_format.md for the on-disk format. This package never imports torch.
 """
 

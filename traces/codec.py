@@ -1,20 +1,28 @@
-"""Payload codecs of the PREFILL, STEP and KEYS frames (format version 1), with per-sequence state.
+"""Payload codecs of the PREFILL, STEP and KEYS frames (format versions 1 and 2), with per-sequence state.
 
 Per-head page lists are handled as one sorted int64 array of *keys* per record, key = (l * H + h) << 32 |
 page_id, so set operations over all L x H heads are a few vectorised numpy calls.
 
 STEP payload (before zlib; little endian):
-    fixed   sequence u32, step u32, context_tokens u32, L u16, H u16, flags u8 (bit 0: attention_mass),
-            varint_bytes u32
+    fixed   sequence u32, step u32, context_tokens u32, L u16, H u16, flags u8, varint_bytes u32
+            flags: bit 0 attention_mass; format 2 only: bit 1 fetched_tokens, bit 2 evicted_tokens,
+            bit 3 refactorised (each set when the record holds the field; other bits must be 0)
     varints n_timings, timing name ids[n_timings],
             zigzag(attended_tokens - that sequence's previous attended_tokens)[L*H],
             removed_counts[L*H], added_counts[L*H], missed_code[L*H],
             removed ids, added ids, explicit missed ids   (each gap-coded per head)
+            [bit 1] fetched_unit, zigzag(fetched_tokens - missed_counts * fetched_unit)[L*H]
+            [bit 2] evicted_tokens[L*H]
     floats  similarity float32[L*H] byte-shuffled, corrected packbits[ceil(L*H/8)],
-            attention_mass float32[L*H] byte-shuffled (if flag), timings float64[n_timings]
+            [bit 3] refactorised packbits[ceil(L*H/8)],
+            [bit 0] attention_mass float32[L*H] byte-shuffled, timings float64[n_timings]
 missed_code per head: 1 = the missed pages are exactly the added pages (and there is at least one);
 otherwise 2 * (number of missed pages), listed explicitly. The selection of a sequence's first step (and
 of its first step after a PREFILL of the same sequence id) is coded against the empty set.
+fetched_unit: the writer's meta.runtime["page_size"] (0 if none), so FreeKV's page recall (fetched =
+missed pages x page size) stores one zero byte per head, which zlib folds away; any other value is still
+exact, only larger. A format-1 STEP payload is the same without bits 1-3; the reader derives the three
+fields (records.movement_from_missed).
 
 PREFILL payload: sequence u32, prompt_tokens u32, L u16, H u16, varint_bytes u32, then varints
 n_timings, name ids, counts[L*H], gap-coded ids; then timings float64[n_timings].
@@ -32,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traces.errors import TraceError
-from traces.records import PrefillRecord, StepRecord
+from traces.records import FORMAT_VERSION, PrefillRecord, StepRecord, movement_from_missed
 from traces.varint import (
     decode_uvarints,
     encode_uvarints,
@@ -51,6 +59,13 @@ Nested = tuple[tuple[np.ndarray, ...], ...]
 STEP_FIXED = struct.Struct("<IIIHHBI")
 PREFILL_FIXED = struct.Struct("<IIHHI")
 STEP_FLAG_MASS = 0x01
+STEP_FLAG_FETCHED = 0x02  # format 2
+STEP_FLAG_EVICTED = 0x04  # format 2
+STEP_FLAG_REFACTORISED = 0x08  # format 2
+STEP_FLAGS_KNOWN = {
+    1: STEP_FLAG_MASS,
+    2: STEP_FLAG_MASS | STEP_FLAG_FETCHED | STEP_FLAG_EVICTED | STEP_FLAG_REFACTORISED,
+}
 _ID_LIMIT = 1 << 31  # page ids are int32
 _U32_LIMIT = 1 << 32
 _LOW32 = np.int64(0xFFFFFFFF)
@@ -200,8 +215,10 @@ class RecordEncoder:
     usable); `encode_*` then produces the payload and advances the state.
     """
 
-    def __init__(self, n_layers: int, n_kv_heads: int) -> None:
+    def __init__(self, n_layers: int, n_kv_heads: int, fetched_unit: int = 0) -> None:
+        """fetched_unit: tokens per missed page predicted as fetched (the run's page size; 0: none)."""
         self.n_layers, self.n_kv_heads = n_layers, n_kv_heads
+        self.fetched_unit = int(fetched_unit)
         self.names = TimingNames()
         self.sequences: dict[int, SequenceState] = {}
 
@@ -244,6 +261,13 @@ class RecordEncoder:
         mass = None
         if rec.attention_mass is not None:
             mass = c.grid("attention_mass", rec.attention_mass, "f").astype("<f4", copy=False)
+        fetched = evicted = rebuilt = None
+        if rec.fetched_tokens is not None:
+            fetched = c.grid("fetched_tokens", rec.fetched_tokens, "i").astype(np.int64).ravel()
+        if rec.evicted_tokens is not None:
+            evicted = c.grid("evicted_tokens", rec.evicted_tokens, "i").astype(np.int64).ravel()
+        if rec.refactorised is not None:
+            rebuilt = c.grid("refactorised", rec.refactorised, "b")
         selected = c.nested_keys("selected", rec.selected)
         missed = c.nested_keys("missed", rec.missed)
         outside = ~_member(missed, selected)
@@ -265,20 +289,32 @@ class RecordEncoder:
         prev_attended = state.attended if state.attended is not None else np.zeros(n_heads, np.int64)
 
         t_varints, t_bytes = _timing_varints(self.names, timings)
-        varints = encode_uvarints(np.concatenate(t_varints + [
+        columns = t_varints + [
             zigzag_encode(attended - prev_attended).astype(np.int64),
             removed_counts, added_counts, np.where(same, 1, 2 * missed_counts),
             gap_encode(removed & _LOW32, removed_counts),
             gap_encode(added & _LOW32, added_counts),
             gap_encode(explicit & _LOW32, explicit_counts),
-        ]))
+        ]
         flags = STEP_FLAG_MASS if mass is not None else 0
+        if fetched is not None:
+            flags |= STEP_FLAG_FETCHED
+            residual = fetched - missed_counts * self.fetched_unit
+            columns += [np.array([self.fetched_unit], np.int64), zigzag_encode(residual).astype(np.int64)]
+        if evicted is not None:
+            flags |= STEP_FLAG_EVICTED
+            columns.append(evicted)
+        if rebuilt is not None:
+            flags |= STEP_FLAG_REFACTORISED
+        varints = encode_uvarints(np.concatenate(columns))
         parts = [
             STEP_FIXED.pack(seq, step, context, self.n_layers, self.n_kv_heads, flags, len(varints)),
             varints,
             shuffle_bytes(similarity.ravel()),
             np.packbits(corrected.ravel()).tobytes(),
         ]
+        if rebuilt is not None:
+            parts.append(np.packbits(rebuilt.ravel()).tobytes())
         if mass is not None:
             parts.append(shuffle_bytes(mass.ravel()))
         parts.append(t_bytes)
@@ -302,10 +338,18 @@ class _Cursor:
 
 class RecordDecoder:
     """Inverse of RecordEncoder: payloads -> records, mirroring its state. Raises ValueError on bad data
-    (the reader turns it into a TraceError naming the file and offset)."""
+    (the reader turns it into a TraceError naming the file and offset).
 
-    def __init__(self, n_layers: int, n_kv_heads: int) -> None:
+    version: the trace's format version (1 or 2). page_size: meta.runtime["page_size"] or None, used to
+    derive a format-1 step's fetched_tokens (missed pages x page_size; None without a page size).
+    """
+
+    def __init__(self, n_layers: int, n_kv_heads: int, version: int = FORMAT_VERSION,
+                 page_size: int | None = None) -> None:
+        if version not in STEP_FLAGS_KNOWN:
+            raise ValueError(f"format version {version} has no record decoder ({sorted(STEP_FLAGS_KNOWN)})")
         self.n_layers, self.n_kv_heads = n_layers, n_kv_heads
+        self.version, self.page_size = version, page_size
         self.names = TimingNames()
         self.sequences: dict[int, SequenceState] = {}
 
@@ -363,12 +407,19 @@ class RecordDecoder:
     def decode_step(self, payload: bytes) -> StepRecord:
         seq, step, context, n_layers, n_kv_heads, flags, n_varint = STEP_FIXED.unpack_from(payload)
         self._check_shape(n_layers, n_kv_heads)
+        unknown = flags & ~STEP_FLAGS_KNOWN[self.version]
+        if unknown:
+            raise ValueError(
+                f"step flags 0x{flags:02x} set bits 0x{unknown:02x} unknown to format {self.version}"
+            )
         n_heads = n_layers * n_kv_heads
+        n_bits = math.ceil(n_heads / 8)
         state = self.sequences.get(seq, SequenceState())
         offset = STEP_FIXED.size
         cur = _Cursor(decode_uvarints(payload[offset:offset + n_varint]))
         offset += n_varint
-        t_offset = offset + 4 * n_heads * (2 if flags & STEP_FLAG_MASS else 1) + math.ceil(n_heads / 8)
+        t_offset = offset + 4 * n_heads * (2 if flags & STEP_FLAG_MASS else 1) + n_bits
+        t_offset += n_bits if flags & STEP_FLAG_REFACTORISED else 0
         timings, end = self._timings(cur, payload, t_offset)
         prev_attended = state.attended if state.attended is not None else np.zeros(n_heads, np.int64)
         attended = prev_attended + zigzag_decode(cur.take(n_heads).astype(np.uint64))
@@ -377,6 +428,19 @@ class RecordDecoder:
         added = self._keys(cur, added_counts)
         same = missed_code == 1
         explicit = self._keys(cur, np.where(same, 0, missed_code // 2))
+        missed_counts = np.where(same, added_counts, missed_code // 2)
+        fetched = evicted = rebuilt = None
+        if flags & STEP_FLAG_FETCHED:
+            unit = int(cur.take(1)[0])
+            if not 0 <= unit < _ID_LIMIT:
+                raise ValueError(f"fetched_unit {unit} out of [0, 2**31)")
+            fetched = missed_counts * unit + zigzag_decode(cur.take(n_heads).astype(np.uint64))
+            if fetched.size and (fetched.min() < 0 or fetched.max() >= _ID_LIMIT):
+                raise ValueError(f"fetched_tokens out of [0, 2**31): [{fetched.min()}, {fetched.max()}]")
+        if flags & STEP_FLAG_EVICTED:
+            evicted = cur.take(n_heads)
+            if evicted.size and evicted.max() >= _ID_LIMIT:
+                raise ValueError(f"evicted_tokens out of [0, 2**31): max {evicted.max()}")
         self._check_end(cur, end, payload)
 
         prev = state.selected_keys
@@ -394,15 +458,20 @@ class RecordDecoder:
 
         similarity = unshuffle_bytes(payload[offset:offset + 4 * n_heads], "<f4", n_heads)
         offset += 4 * n_heads
-        n_bits = math.ceil(n_heads / 8)
         bits = np.frombuffer(payload, np.uint8, n_bits, offset)
         corrected = np.unpackbits(bits, count=n_heads).astype(bool)
         offset += n_bits
+        shape = (n_layers, n_kv_heads)
+        if flags & STEP_FLAG_REFACTORISED:
+            bits = np.frombuffer(payload, np.uint8, n_bits, offset)
+            rebuilt = np.unpackbits(bits, count=n_heads).astype(bool).reshape(shape)
+            offset += n_bits
+        if self.version == 1:  # format 1 has no movement fields: FreeKV's page recall (docstring)
+            fetched, evicted, rebuilt = movement_from_missed(missed_counts.reshape(shape), self.page_size)
         mass = None
         if flags & STEP_FLAG_MASS:
             mass = unshuffle_bytes(payload[offset:offset + 4 * n_heads], "<f4", n_heads)
             mass = mass.reshape(n_layers, n_kv_heads)
-        shape = (n_layers, n_kv_heads)
         self.sequences[seq] = SequenceState(selected, attended, step)
         return StepRecord(
             sequence=seq,
@@ -415,4 +484,7 @@ class RecordDecoder:
             attended_tokens=attended.astype(np.int32).reshape(shape),
             timings_s=timings,
             attention_mass=mass,
+            fetched_tokens=None if fetched is None else fetched.astype(np.int32).reshape(shape),
+            evicted_tokens=None if evicted is None else evicted.astype(np.int32).reshape(shape),
+            refactorised=rebuilt,
         )

@@ -2,7 +2,7 @@
 
 A trace is a directory holding
 
-- `meta.json`: `{"format": "freekv-dse-trace", "format_version": 1, "records_file": "records.bin",
+- `meta.json`: `{"format": "freekv-dse-trace", "format_version": 2, "records_file": "records.bin",
   "encoding": {...}, "meta": {RunMetadata as JSON, the ModelSpec as a dict}}`;
 - `records.bin`: a 12-byte file header (`b"FKVTRACE"` + uint32 LE format version) followed by frames.
 
@@ -66,6 +66,9 @@ ENCODING = {
     "compression": "zlib per frame (flags bit 0)",
     "similarity": "float32 (exact), byte-shuffled",
     "corrected": "packed bits, row-major (layer, head)",
+    "fetched_tokens": "format 2: zigzag varints of fetched - missed pages x fetched_unit (the page size)",
+    "evicted_tokens": "format 2: varints",
+    "refactorised": "format 2: packed bits, row-major (layer, head)",
     "selected": "per sequence: pages removed/added since that sequence's previous step, gap-coded varints",
     "missed": "per head: 'equals the added pages' flag, else gap-coded varint ids",
     "timings": "float64 seconds, names from KEYS frames",
@@ -111,14 +114,16 @@ class ScanResult:
     end_payload: bytes | None = None  # the END frame's payload, if the writer closed cleanly
     truncated: bool = False  # a partial (torn) frame follows the last good one
     torn_frame_offset: int | None = None
+    version: int | None = None  # the file header's format version (None: cut inside the header)
 
 
-def _read_file_header(f: BinaryIO, path: Path) -> bool:
-    """Check the 12-byte file header. Returns False for a file cut inside its header (empty trace)."""
+def _read_file_header(f: BinaryIO, path: Path) -> int | None:
+    """Check the 12-byte file header -> its format version, or None for a file cut inside its header
+    (an empty trace)."""
     head = f.read(FILE_HEADER.size)
     if len(head) < FILE_HEADER.size:
         if head[: len(FILE_MAGIC)] == FILE_MAGIC[: len(head)]:  # the writer was killed inside the header
-            return False
+            return None
         raise TraceError(f"{path}: not a freekv-dse records file (it does not start with {FILE_MAGIC!r})")
     magic, version = FILE_HEADER.unpack(head)
     if magic != FILE_MAGIC:
@@ -132,7 +137,7 @@ def _read_file_header(f: BinaryIO, path: Path) -> bool:
         )
     if version < 1:
         raise TraceError(f"{path}: invalid trace format version {version} in the file header")
-    return True
+    return int(version)
 
 
 def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | None,
@@ -217,7 +222,8 @@ def scan_records(path: Path) -> ScanResult:
         with open(path, "rb") as f:
             result.file_bytes = f.seek(0, 2)
             f.seek(0)
-            if not _read_file_header(f, path):
+            result.version = _read_file_header(f, path)
+            if result.version is None:
                 result.truncated = result.file_bytes > 0
                 return result
             result.valid_bytes = FILE_HEADER.size
@@ -233,7 +239,7 @@ def iter_frames(path: Path, valid_bytes: int) -> Iterator[Frame]:
     with open(path, "rb") as f:
         file_bytes = f.seek(0, 2)
         f.seek(0)
-        if valid_bytes < FILE_HEADER.size or not _read_file_header(f, path):
+        if valid_bytes < FILE_HEADER.size or _read_file_header(f, path) is None:
             return
         yield from _frames(f, path, file_bytes, FILE_HEADER.size, valid_bytes, None)
 
@@ -347,8 +353,8 @@ def _check_runtime(runtime: dict[str, Any], model: ModelSpec, path: Path) -> Non
     or null, dense_layers a list of the model's layer indices."""
     for name, low in _RUNTIME_INTS.items():
         v = runtime.get(name)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
-            raise TraceError(f"{path}: meta.runtime.{name} must be an integer >= {low}, got {v!r}")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not low <= v < 1 << 31):
+            raise TraceError(f"{path}: meta.runtime.{name} must be an integer in [{low}, 2**31), got {v!r}")
     tau = runtime.get("tau")
     if tau is not None and (not isinstance(tau, (int, float)) or isinstance(tau, bool)):
         raise TraceError(f"{path}: meta.runtime.tau must be a number or null, got {tau!r}")

@@ -45,6 +45,11 @@ class TraceReader:
         self.truncated: bool = scan.truncated
         self.valid_bytes: int = scan.valid_bytes
         self.file_bytes: int = scan.file_bytes
+        if scan.version is not None and scan.version != self.meta.format_version:
+            raise TraceError(
+                f"{self._records}: written in trace format version {scan.version}, but {META_FILE} says "
+                f"version {self.meta.format_version}; the two files come from different traces"
+            )
         self.end: dict | None = None
         if scan.end_payload is not None:
             self.end = self._check_end(scan.end_payload)
@@ -83,9 +88,13 @@ class TraceReader:
             how += f"; a partial last record was cut at byte {self.valid_bytes} of {self.file_bytes}"
         return f"{self.path}: {self.n_steps} steps, {self.n_prefills} prefills, {how}"
 
+    def _decoder(self) -> RecordDecoder:
+        page_size = self.meta.runtime.get("page_size")  # meta_from_json: int in [1, 2**31) or None
+        return RecordDecoder(self.n_layers, self.n_kv_heads, self.meta.format_version, page_size)
+
     def records(self) -> Iterator[PrefillRecord | StepRecord]:
         """All records in file order (prefills and steps), decoded one at a time."""
-        decoder = RecordDecoder(self.n_layers, self.n_kv_heads)
+        decoder = self._decoder()
         for frame in self._frames():
             if frame.kind == Kind.KEYS:
                 self._decode(frame, decoder.add_names)
@@ -98,7 +107,7 @@ class TraceReader:
 
     def steps(self) -> Iterator[StepRecord]:
         """Step records in file order (streaming; constant memory)."""
-        decoder = RecordDecoder(self.n_layers, self.n_kv_heads)
+        decoder = self._decoder()
         for frame in self._frames():
             if frame.kind == Kind.KEYS:
                 self._decode(frame, decoder.add_names)
@@ -109,7 +118,7 @@ class TraceReader:
 
     def prefills(self) -> list[PrefillRecord]:
         """All prefill records (step frames are skipped, not decoded)."""
-        decoder = RecordDecoder(self.n_layers, self.n_kv_heads)
+        decoder = self._decoder()
         out: list[PrefillRecord] = []
         for frame in self._frames():
             if frame.kind == Kind.KEYS:

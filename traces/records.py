@@ -15,7 +15,9 @@ import numpy as np
 
 from traces.models import ModelSpec
 
-__all__ = ["FORMAT_VERSION", "RunMetadata", "PrefillRecord", "StepRecord", "TimingClock"]
+__all__ = [
+    "FORMAT_VERSION", "RunMetadata", "PrefillRecord", "StepRecord", "TimingClock", "movement_from_missed",
+]
 
 
 def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -32,7 +34,8 @@ def _same_nested(a: tuple[tuple[np.ndarray, ...], ...], b: tuple[tuple[np.ndarra
         for la, lb in zip(a, b, strict=True)
     )
 
-FORMAT_VERSION = 1
+# 2: STEP records also store fetched_tokens, evicted_tokens, refactorised (docs/trace_format.md)
+FORMAT_VERSION = 2
 
 TimingClock = Literal["cuda_event", "wall", "none"]
 
@@ -111,11 +114,14 @@ class StepRecord:
         the group's query heads) that falls on the attended tokens; only when measured.
     fetched_tokens: (L, H) int32 (format 2), tokens this step copied host -> GPU for that head (recalled
         or prefetched; synchronously where `corrected`, in the background elsewhere). Format-1 traces
-        read as missed pages x page size (what FreeKV's page recall moves); None where unknown.
+        read as missed pages x meta.runtime["page_size"] (what FreeKV's page recall moves), or None if
+        that metadata has no page_size.
     evicted_tokens: (L, H) int32 (format 2), tokens the head's GPU cache gave up at this step (dropped
         for good by a dropping method, replaced in a retrieval method's cache). Format 1: zeros.
     refactorised: (L, H) bool (format 2), the head's compressed state was rebuilt at this step
         (ShadowKV's re-factorisation). Format 1: False.
+    The three are optional: a record written with None reads back None (format 2 stores which are
+    present); `movement(page_size)` gives the recorded values or, for None, the format-1 derivation.
     """
 
     sequence: int
@@ -148,6 +154,17 @@ class StepRecord:
         """(L, H) int32: number of recalled (missed) pages."""
         return np.array([[len(h) for h in layer] for layer in self.missed], dtype=np.int32)
 
+    def movement(self, page_size: int | None) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(fetched_tokens, evicted_tokens, refactorised), each (L, H): the recorded arrays, or where a
+        field is None, `movement_from_missed` (FreeKV's page recall: missed pages x page_size, nothing
+        evicted, nothing rebuilt); fetched stays None if it is None and page_size is None."""
+        fetched, evicted, rebuilt = movement_from_missed(self.missed_counts(), page_size)
+        return (
+            fetched if self.fetched_tokens is None else self.fetched_tokens,
+            evicted if self.evicted_tokens is None else self.evicted_tokens,
+            rebuilt if self.refactorised is None else self.refactorised,
+        )
+
     def identical(self, other: StepRecord) -> bool:
         """Bit-exact equality of every field (arrays by dtype, shape and bytes; NaN bits included)."""
         return (
@@ -161,3 +178,22 @@ class StepRecord:
             and _same_nested(self.selected, other.selected)
             and _same_nested(self.missed, other.missed)
         )
+
+
+def movement_from_missed(
+    missed_counts: np.ndarray, page_size: int | None
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """What a record without movement fields (format 1, or format 2 written with None) is taken to have
+    moved: fetched = missed pages x page_size int32 (None if page_size is None), evicted zeros int32,
+    refactorised all False; each shaped like `missed_counts` (L, H). ValueError if a product leaves int32."""
+    counts = np.asarray(missed_counts, dtype=np.int64)
+    fetched = None
+    if page_size is not None:
+        tokens = counts * int(page_size)
+        if tokens.size and not 0 <= tokens.min() <= tokens.max() < 1 << 31:
+            raise ValueError(
+                f"missed pages x page_size {page_size} = {tokens.max()} tokens does not fit int32 "
+                "fetched_tokens"
+            )
+        fetched = tokens.astype(np.int32)
+    return fetched, np.zeros(counts.shape, np.int32), np.zeros(counts.shape, bool)

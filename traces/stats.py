@@ -18,6 +18,11 @@ metadata lacks an integer page_size and budget_tokens have no such phase.
   recomputed as similarity < tau (the runtime's rule, so tau = the run's tau reproduces the flags).
 - hit_rate: share of selected pages that were already resident on the GPU = 1 - missed / selected.
 - mean_similarity: (L, H) mean, min, max and standard deviation of the pooled query similarity.
+- movement: what the method moved per step (every step counts, also within the budget): fetched tokens
+  (host -> GPU, recalled or prefetched; the synchronous share is that of corrected heads), evicted
+  tokens, re-factorised heads, per step and per layer. Records without the fields (format 1, or format 2
+  written with None) count as FreeKV's page recall: missed pages x page_size, nothing evicted or rebuilt
+  (StepRecord.movement); `derived_steps` says how many.
 - trace_summary: all of the above and demand figures for the simulator, as a JSON-able dict.
 """
 
@@ -37,9 +42,11 @@ __all__ = [
     "CorrectionRate",
     "HitRate",
     "SimilarityStats",
+    "Movement",
     "correction_rate",
     "hit_rate",
     "mean_similarity",
+    "movement",
     "trace_summary",
 ]
 
@@ -113,6 +120,33 @@ class SimilarityStats:
         return {k: _json(v) for k, v in self.__dict__.items()}
 
 
+@dataclass(frozen=True)
+class Movement:
+    """Tokens moved per decode step (means over every step; per_layer (L,) sums over the layer's heads).
+
+    fetched_tokens_per_step: host -> GPU, all heads (None where no step's fetched tokens are known: a
+    format-1 trace without page_size); fetched_tokens_per_step_sync: the corrected heads' share.
+    evicted_tokens_per_step, refactorised_heads_per_step: as named. fetched_steps: steps whose fetched
+    tokens are known (the means' denominator). derived_steps: steps whose movement was derived from
+    missed pages (format 1, or fields not recorded) rather than recorded by the method."""
+
+    fetched_tokens_per_step: float | None
+    fetched_tokens_per_step_per_layer: np.ndarray
+    fetched_tokens_per_step_sync: float | None
+    evicted_tokens_per_step: float
+    evicted_tokens_per_step_per_layer: np.ndarray
+    refactorised_heads_per_step: float
+    refactorised_heads_per_step_per_layer: np.ndarray
+    fetched_tokens: int
+    evicted_tokens: int
+    fetched_steps: int
+    derived_steps: int
+    n_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
+
+
 class _Pass:
     """Accumulators fed one StepRecord at a time (constant memory)."""
 
@@ -141,6 +175,16 @@ class _Pass:
         self.all_missed = 0
         self.attended_sparse = 0
         self.n_steps = 0
+        page_size = reader.meta.runtime.get("page_size")
+        self.page_size = page_size if isinstance(page_size, int) and not isinstance(page_size, bool) else None
+        self.v1 = reader.meta.format_version == 1
+        self.path = reader.path
+        self.fetched = np.zeros(n_layers, np.int64)  # movement: over every step
+        self.fetched_sync = 0
+        self.fetched_steps = 0
+        self.evicted = np.zeros(n_layers, np.int64)
+        self.refactorised = np.zeros(n_layers, np.int64)
+        self.derived_steps = 0
 
     def add(self, rec: StepRecord) -> None:
         self.n_steps += 1
@@ -149,6 +193,7 @@ class _Pass:
         self.all_selected += int(rec.selected_counts().sum())
         self.all_missed += int(missed.sum())
         self.missed_corrected += int(missed[np.asarray(rec.corrected, dtype=bool)].sum())
+        self._add_movement(rec)
         if self.fit_tokens is not None and rec.context_tokens <= self.fit_tokens:
             self.steps_within_budget += 1  # no check, no selection, no recall (module docstring)
             return
@@ -171,6 +216,38 @@ class _Pass:
         self.sim_max = np.fmax(self.sim_max, masked)
         self.selected += rec.selected_counts()
         self.missed += missed
+
+    def _add_movement(self, rec: StepRecord) -> None:
+        try:
+            fetched, evicted, rebuilt = rec.movement(self.page_size)
+        except ValueError as exc:
+            raise TraceError(f"{self.path}: step {rec.step} of sequence {rec.sequence}: {exc}") from None
+        recorded = (rec.fetched_tokens, rec.evicted_tokens, rec.refactorised)
+        self.derived_steps += self.v1 or any(x is None for x in recorded)
+        if fetched is not None:
+            fetched = np.asarray(fetched, dtype=np.int64)
+            self.fetched_steps += 1
+            self.fetched += fetched.sum(axis=1)
+            self.fetched_sync += int(fetched[np.asarray(rec.corrected, dtype=bool)].sum())
+        self.evicted += np.asarray(evicted, dtype=np.int64).sum(axis=1)
+        self.refactorised += np.asarray(rebuilt, dtype=bool).sum(axis=1)
+
+    def movement(self) -> Movement:
+        n, known = max(self.n_steps, 1), self.fetched_steps
+        return Movement(
+            fetched_tokens_per_step=float(self.fetched.sum() / known) if known else None,
+            fetched_tokens_per_step_per_layer=_ratio(self.fetched, known),
+            fetched_tokens_per_step_sync=self.fetched_sync / known if known else None,
+            evicted_tokens_per_step=float(self.evicted.sum() / n),
+            evicted_tokens_per_step_per_layer=self.evicted / n,
+            refactorised_heads_per_step=float(self.refactorised.sum() / n),
+            refactorised_heads_per_step_per_layer=self.refactorised / n,
+            fetched_tokens=int(self.fetched.sum()),
+            evicted_tokens=int(self.evicted.sum()),
+            fetched_steps=known,
+            derived_steps=self.derived_steps,
+            n_steps=self.n_steps,
+        )
 
     def correction(self) -> CorrectionRate:
         return CorrectionRate(
@@ -243,6 +320,11 @@ def mean_similarity(reader: TraceReader) -> SimilarityStats:
     return _run(reader, None).similarity()
 
 
+def movement(reader: TraceReader) -> Movement:
+    """Tokens fetched, evicted and re-factorised heads per step and per layer (module docstring)."""
+    return _run(reader, None).movement()
+
+
 def trace_summary(
     reader: TraceReader, tau: float | None = None, *, kv_dtype_bytes: int = 2
 ) -> dict[str, Any]:
@@ -250,7 +332,8 @@ def trace_summary(
 
     tau recomputes only the correction statistics; hits and recalls are what the run did. Recall bytes
     count K and V of each missed head-page: page_size * head_dim * 2 * kv_dtype_bytes (default 2: a
-    16-bit KV cache as served on GPU, whatever dtype the traced run computed in).
+    16-bit KV cache as served on GPU, whatever dtype the traced run computed in). Fetched and evicted
+    bytes count K and V of each head-token the same way: head_dim * 2 * kv_dtype_bytes.
     """
     acc = _Pass(reader, _check_tau(tau))
     sequences: set[int] = set()
@@ -274,9 +357,11 @@ def trace_summary(
             timing_steps[name] = timing_steps.get(name, 0) + 1
 
     meta, model, n = reader.meta, reader.meta.model, max(acc.n_steps, 1)
-    corr, hits, sim = acc.correction(), acc.hits(), acc.similarity()
+    corr, hits, sim, moved = acc.correction(), acc.hits(), acc.similarity(), acc.movement()
     page_size = meta.runtime.get("page_size")
-    page_bytes = page_size * model.head_dim * 2 * kv_dtype_bytes if isinstance(page_size, int) else None
+    token_bytes = model.head_dim * 2 * kv_dtype_bytes  # K and V of one token of one KV head
+    page_bytes = page_size * token_bytes if isinstance(page_size, int) else None
+    fetched_step = moved.fetched_tokens_per_step
     missed_per_step = acc.all_missed / n
     n_sparse_heads = int(acc.sparse.sum()) * model.n_kv_heads
     return _json({
@@ -320,6 +405,20 @@ def trace_summary(
             f"missed head-pages x page_size {page_size} x head_dim {model.head_dim} x 2 (K and V) x "
             f"{kv_dtype_bytes} bytes per element"
         ),
+        "fetched_tokens_per_step": fetched_step,
+        "fetched_tokens_per_step_per_layer": moved.fetched_tokens_per_step_per_layer,
+        "fetched_tokens_per_step_sync": moved.fetched_tokens_per_step_sync,
+        "evicted_tokens_per_step": moved.evicted_tokens_per_step,
+        "evicted_tokens_per_step_per_layer": moved.evicted_tokens_per_step_per_layer,
+        "refactorised_heads_per_step": moved.refactorised_heads_per_step,
+        "refactorised_heads_per_step_per_layer": moved.refactorised_heads_per_step_per_layer,
+        "fetched_bytes_per_step": None if fetched_step is None else fetched_step * token_bytes,
+        "fetched_bytes_total": moved.fetched_tokens * token_bytes if moved.fetched_steps else None,
+        "evicted_bytes_total": moved.evicted_tokens * token_bytes,
+        "movement_basis": _movement_basis(moved, page_size),
+        "movement_bytes_basis": (
+            f"head-tokens x head_dim {model.head_dim} x 2 (K and V) x {kv_dtype_bytes} bytes per element"
+        ),
         "timings_s": {
             "clock": meta.timing_clock,
             "step_mean": {k: timing_sum[k] / timing_steps[k] for k in sorted(timing_sum)},
@@ -327,3 +426,16 @@ def trace_summary(
             "prefill_mean": {k: prefill_sum[k] / prefill_count[k] for k in sorted(prefill_sum)},
         },
     })
+
+
+def _movement_basis(moved: Movement, page_size: object) -> str:
+    """Where the movement figures come from, in words (recorded by the method, or derived)."""
+    derived = f"missed pages x page_size {page_size}, nothing evicted or re-factorised (FreeKV's page recall)"
+    if moved.n_steps == 0 or moved.derived_steps == 0:
+        return "recorded by the method (trace format 2)"
+    if moved.fetched_steps < moved.n_steps:
+        derived = "unknown fetched tokens (no page_size in the metadata), nothing evicted or re-factorised"
+    if moved.derived_steps == moved.n_steps:
+        return f"derived for every step: {derived}"
+    recorded = moved.n_steps - moved.derived_steps
+    return f"recorded for {recorded} steps, derived for {moved.derived_steps}: {derived}"

@@ -49,7 +49,11 @@ class TraceWriter:
         self.n_steps = 0
         self.n_prefills = 0
         self.bytes_written = 0
-        self._encoder = RecordEncoder(meta.model.n_layers, meta.model.n_kv_heads)
+        page_size = meta.runtime.get("page_size") if isinstance(meta.runtime, dict) else None
+        unit = page_size if isinstance(page_size, int) and not isinstance(page_size, bool) else 0
+        # fetched_tokens are stored against missed pages x page size: FreeKV's recall costs ~nothing
+        self._encoder = RecordEncoder(meta.model.n_layers, meta.model.n_kv_heads,
+                                      fetched_unit=unit if 0 < unit < 1 << 31 else 0)
         self._file = open(path / RECORDS_FILE, "wb", buffering=0)  # noqa: SIM115 - closed in close()
         self._closed = False
         self._write(FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION))

@@ -102,6 +102,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
             text += f" (n={ci['n']}, no interval)"
         table.add_row(f"accuracy: {metric}", text)
     sim = summary.get("similarity_overall") or {}
+    fetched = summary.get("fetched_tokens_per_step")
+    fetched_sync = summary.get("fetched_tokens_per_step_sync")
     rows = [
         ("sequences / decode steps", f"{summary['n_sequences']} / {summary['steps']}"),
         ("steps within the budget (no check)", str(summary.get("steps_within_budget", 0))),
@@ -113,7 +115,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("query similarity mean [min, max]",
          f"{_fmt(sim.get('mean'))} [{_fmt(sim.get('min'))}, {_fmt(sim.get('max'))}]"),
         ("missed pages per step", _fmt(summary["missed_pages_per_step"], 1)),
+        ("fetched tokens per step (synchronous)", f"{_fmt(fetched, 1)} ({_fmt(fetched_sync, 1)})"),
+        ("evicted tokens per step", _fmt(summary.get("evicted_tokens_per_step"), 1)),
     ]
+    if summary.get("refactorised_heads_per_step"):
+        rows.append(("re-factorised heads per step", _fmt(summary["refactorised_heads_per_step"], 2)))
     step_mean = summary["timings_s"]["step_mean"]
     if "step_total" in step_mean:
         rows.append((f"decode ms/token ({summary['timings_s']['clock']} clock)",

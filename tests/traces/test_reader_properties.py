@@ -37,7 +37,7 @@ JSON = st.recursive(
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = get_model("smollm2-135m")  # a registry model, so the demand reader accepts the trace
-    run = random_run(5, model, n_sequences=1, n_steps=3, prompt_tokens=256)
+    run = random_run(5, model, n_sequences=1, n_steps=3, prompt_tokens=256, movement="random")
     return write_trace(tmp_path_factory.mktemp("valid") / "trace", make_meta(model), run)
 
 

@@ -29,7 +29,7 @@ def _copy_with_records(src: Path, dst: Path, data: bytes) -> Path:
 
 @pytest.fixture(scope="module")
 def run() -> list:
-    return random_run(21, tiny_model(3, 2), n_sequences=2, n_steps=4)
+    return random_run(21, tiny_model(3, 2), n_sequences=2, n_steps=4, movement="random")
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +117,33 @@ def test_end_frame_counts_must_match(tmp_path: Path, closed: Path) -> None:
         open_trace(_copy_with_records(closed, tmp_path / "t", data[:end] + fake))
 
 
+def test_step_with_flag_bits_unknown_to_its_format_raises(tmp_path: Path, closed: Path) -> None:
+    """A STEP frame that passes its CRC but sets flag bits its format does not define (a faulty writer)."""
+    from traces.codec import STEP_FIXED
+    from traces.format import Kind, encode_frame
+
+    data = (closed / "records.bin").read_bytes()
+    kind, offset = [f for f in _frame_offsets(closed) if f[0] == Kind.STEP][0]
+    frame = next(f for f in iter_frames(closed / "records.bin", len(data)) if f.offset == offset)
+    flags_at = STEP_FIXED.size - 5  # flags u8 precedes varint_bytes u32
+    payload = bytearray(frame.payload)
+    payload[flags_at] |= 0x80
+    end = offset + FRAME_HEADER.size + struct.unpack_from("<I", data, offset + 2)[0]
+    bad = data[:offset] + encode_frame(kind, bytes(payload), 6) + data[end:]
+    reader = open_trace(_copy_with_records(closed, tmp_path / "t", bad))
+    with pytest.raises(TraceError, match=rf"at byte {offset}: step frame passes its checksum but does not "
+                                         r"decode \(step flags 0x.. set bits 0x80 unknown to format 2\)"):
+        list(reader.steps())
+
+
+def test_records_file_version_must_match_meta_json(tmp_path: Path, closed: Path) -> None:
+    data = (closed / "records.bin").read_bytes()
+    older = FILE_HEADER.pack(b"FKVTRACE", 1) + data[FILE_HEADER.size:]
+    with pytest.raises(TraceError, match=r"records.bin: written in trace format version 1, but meta.json "
+                                         r"says version 2; the two files come from different traces"):
+        open_trace(_copy_with_records(closed, tmp_path / "t", older))
+
+
 # ------------------------------------------------------------------------------------------ foreign files
 
 
@@ -152,7 +179,8 @@ def test_newer_format_version_raises(tmp_path: Path, closed: Path) -> None:
 def test_newer_records_file_version_raises(tmp_path: Path, closed: Path) -> None:
     data = (closed / "records.bin").read_bytes()
     newer = FILE_HEADER.pack(b"FKVTRACE", FORMAT_VERSION + 1) + data[FILE_HEADER.size:]
-    with pytest.raises(TraceError, match=r"records.bin: written in trace format version 2"):
+    with pytest.raises(TraceError,
+                       match=rf"records.bin: written in trace format version {FORMAT_VERSION + 1}"):
         open_trace(_copy_with_records(closed, tmp_path / "t", newer))
 
 

@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trace_factory import (
     StepStream,
     assert_identical,
@@ -25,18 +28,22 @@ from traces import FORMAT_VERSION, PrefillRecord, StepRecord, TraceError, TraceW
 
 
 @pytest.mark.parametrize(
-    ("seed", "n_layers", "n_kv_heads", "dense", "with_mass", "compress_level"),
+    ("seed", "n_layers", "n_kv_heads", "dense", "with_mass", "compress_level", "movement"),
     [
-        (0, 4, 2, (0,), False, 6),
-        (1, 5, 3, (0, 3), True, 6),
-        (2, 3, 1, (), True, 0),
-        (3, 6, 4, (0, 1, 2, 3, 4, 5), False, 9),  # all layers dense: empty selections, NaN similarity
+        (0, 4, 2, (0,), False, 6, "none"),
+        (1, 5, 3, (0, 3), True, 6, "random"),
+        (2, 3, 1, (), True, 0, "freekv"),
+        # all layers dense: empty selections, NaN similarity
+        (3, 6, 4, (0, 1, 2, 3, 4, 5), False, 9, "random"),
+        (4, 4, 2, (0,), True, 0, "random"),
     ],
 )
 def test_random_round_trip_is_bit_exact(tmp_path: Path, seed: int, n_layers: int, n_kv_heads: int,
-                                        dense: tuple[int, ...], with_mass: bool, compress_level: int) -> None:
+                                        dense: tuple[int, ...], with_mass: bool, compress_level: int,
+                                        movement: str) -> None:
     model = tiny_model(n_layers, n_kv_heads)
-    records = random_run(seed, model, n_sequences=3, n_steps=7, dense_layers=dense, with_mass=with_mass)
+    records = random_run(seed, model, n_sequences=3, n_steps=7, dense_layers=dense, with_mass=with_mass,
+                         movement=movement)
     path = write_trace(tmp_path / "t", make_meta(model, dense_layers=dense), records,
                        compress_level=compress_level)
     reader = open_trace(path)
@@ -61,6 +68,68 @@ def test_steps_of_sequences_in_any_interleaving_and_restarted_sequence(tmp_path:
     records += [c.next(rng), c.next(rng)]
     path = write_trace(tmp_path / "t", make_meta(model), records)
     assert_identical(list(open_trace(path).records()), records)
+
+
+def test_movement_fields_round_trip_and_none_stays_none(tmp_path: Path) -> None:
+    """Format 2 stores each of fetched/evicted/refactorised only when given; None reads back None (not
+    derived), so a record's `movement(page_size)` is where the FreeKV derivation happens."""
+    model = tiny_model(3, 2)
+    base = random_run(9, model, n_sequences=1, n_steps=4, dense_layers=(0,), movement="freekv")
+    steps = [r for r in base if isinstance(r, StepRecord)]
+    shape = (3, 2)
+    records = [
+        steps[0],  # what the recorder writes for FreeKV
+        replace(steps[1], fetched_tokens=None, evicted_tokens=None, refactorised=None),
+        replace(steps[2], fetched_tokens=np.full(shape, 2**31 - 1, np.int32), refactorised=None,
+                evicted_tokens=np.arange(6, dtype=np.int32).reshape(shape)),
+        replace(steps[3], fetched_tokens=None, refactorised=np.eye(3, 2, dtype=bool)),
+    ]
+    got = list(open_trace(write_trace(tmp_path / "t", make_meta(model, page_size=32), records)).steps())
+    assert_identical(got, records)
+    assert got[1].fetched_tokens is None and got[1].evicted_tokens is None and got[1].refactorised is None
+    fetched, evicted, rebuilt = got[1].movement(32)
+    np.testing.assert_array_equal(fetched, got[1].missed_counts() * 32)
+    assert fetched.dtype == np.int32 and not evicted.any() and not rebuilt.any()
+    assert got[1].movement(None)[0] is None
+    assert got[2].movement(32)[0] is got[2].fetched_tokens  # recorded values are used as they are
+    assert got[0].fetched_tokens.sum() == 32 * sum(int(s.missed_counts().sum()) for s in [steps[0]])
+
+
+def test_movement_round_trips_without_a_page_size_in_the_metadata(tmp_path: Path) -> None:
+    """fetched_unit is 0 when the run's metadata has no page_size: the values are stored as they are."""
+    model = tiny_model(2, 2)
+    records = random_run(13, model, n_sequences=2, n_steps=3, dense_layers=(), movement="freekv")
+    meta = make_meta(model, dense_layers=())
+    meta = replace(meta, runtime={k: v for k, v in meta.runtime.items() if k != "page_size"})
+    assert_identical(list(open_trace(write_trace(tmp_path / "t", meta, records)).records()), records)
+
+
+MOVED = st.integers(0, 2**31 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_any_movement_values_round_trip(data: st.DataObject) -> None:
+    """Property: any int32 >= 0 fetched/evicted values and any refactorised bits (or None) read back
+    bit-exactly, for any page size, whatever the missed pages."""
+    n_layers, n_kv_heads = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+    model = tiny_model(n_layers, n_kv_heads)
+    page_size = data.draw(st.sampled_from([1, 16, 32, 2**20]))
+    stream = StepStream(model, 0, 2048, (), 4, churn=3)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    shape = (n_layers, n_kv_heads)
+    grid = st.lists(MOVED, min_size=n_layers * n_kv_heads, max_size=n_layers * n_kv_heads)
+    bits = st.lists(st.booleans(), min_size=n_layers * n_kv_heads, max_size=n_layers * n_kv_heads)
+    records = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        rec = stream.next(rng)
+        fetched = data.draw(st.none() | grid.map(lambda v: np.array(v, np.int32).reshape(shape)))
+        evicted = data.draw(st.none() | grid.map(lambda v: np.array(v, np.int32).reshape(shape)))
+        rebuilt = data.draw(st.none() | bits.map(lambda v: np.array(v, bool).reshape(shape)))
+        records.append(replace(rec, fetched_tokens=fetched, evicted_tokens=evicted, refactorised=rebuilt))
+    with tempfile.TemporaryDirectory(prefix="freekv-dse-movement-") as tmp:
+        path = write_trace(Path(tmp) / "t", make_meta(model, dense_layers=(), page_size=page_size), records)
+        assert_identical(list(open_trace(path).steps()), records)
 
 
 def test_meta_json_is_self_describing(tmp_path: Path) -> None:
@@ -144,6 +213,12 @@ def _nested_with(nested: tuple, layer: int, head: int, value: np.ndarray) -> tup
         (lambda s: {"selected": s.selected[:3]}, "selected must be a sequence of n_layers=4 layers"),
         (lambda s: {"sequence": -1}, r"sequence must be an integer in \[0"),
         (lambda s: {"timings_s": {"select": "fast"}}, r"timings_s\['select'\] must be a number"),
+        (lambda s: {"fetched_tokens": np.full((4, 2), -1, np.int32)},
+         r"fetched_tokens must hold integers in \[0, 2\*\*31\)"),
+        (lambda s: {"evicted_tokens": np.zeros((4, 3), np.int32)},
+         r"evicted_tokens must have shape \(n_layers, n_kv_heads\) = \(4, 2\)"),
+        (lambda s: {"evicted_tokens": np.zeros((4, 2))}, "evicted_tokens must be an integer array"),
+        (lambda s: {"refactorised": np.zeros((4, 2), np.int32)}, "refactorised must be a bool array"),
     ],
 )
 def test_writer_rejects_bad_records_and_stays_usable(writer: TraceWriter, step: StepRecord, change,  # noqa: ANN001

@@ -13,7 +13,7 @@ import pytest
 from trace_factory import StepStream, make_meta, random_run, tiny_model, write_trace
 
 from traces import PrefillRecord, StepRecord, TraceError, TraceWriter, open_trace
-from traces.stats import correction_rate, hit_rate, mean_similarity, trace_summary
+from traces.stats import correction_rate, hit_rate, mean_similarity, movement, trace_summary
 
 NAN = float("nan")
 
@@ -125,6 +125,41 @@ def test_trace_summary_by_hand(tiny: Path) -> None:
     assert trace_summary(open_trace(tiny), tau=0.93)["correction_rate"] == pytest.approx(5 / 7)
 
 
+def test_movement_derived_from_missed_pages_by_hand(tiny: Path) -> None:
+    """The tiny trace's steps carry no movement fields: FreeKV's recall, missed pages x page size 32.
+    Missed head-pages: step 0 L1h0 3, L1h1 1, L2h1 2; step 1 L1h0 1, L2h0 1 (8 pages, 256 tokens)."""
+    moved = movement(open_trace(tiny))
+    assert (moved.n_steps, moved.derived_steps, moved.fetched_steps) == (2, 2, 2)
+    assert moved.fetched_tokens == 256 and moved.fetched_tokens_per_step == 128.0
+    assert moved.fetched_tokens_per_step_per_layer.tolist() == [0.0, 80.0, 48.0]
+    assert moved.fetched_tokens_per_step_sync == 32.0  # corrected: s0 L1h1 (1 page), s1 L1h0 (1 page)
+    assert moved.evicted_tokens == 0 and moved.refactorised_heads_per_step == 0.0
+    summary = trace_summary(open_trace(tiny))
+    assert summary["fetched_bytes_per_step"] == summary["recall_bytes_per_step"] == 128 * 64 * 2 * 2
+    assert summary["fetched_bytes_total"] == 256 * 64 * 2 * 2 and summary["evicted_bytes_total"] == 0
+    assert summary["movement_basis"].startswith("derived for every step: missed pages x page_size 32")
+
+
+def test_recorded_movement_by_hand(tmp_path: Path, tiny: Path) -> None:
+    """Step 0 records its movement; step 1 records none (derived: 2 missed pages x 32 tokens)."""
+    reader = open_trace(tiny)
+    prefill, s0, s1 = list(reader.records())
+    s0 = replace(s0, fetched_tokens=np.array([[0, 0], [100, 7], [0, 3]], np.int32),
+                 evicted_tokens=np.array([[0, 0], [5, 0], [0, 1]], np.int32),
+                 refactorised=np.array([[0, 0], [1, 0], [0, 0]], bool))
+    path = write_trace(tmp_path / "t", reader.meta, [prefill, s0, s1])
+    moved = movement(open_trace(path))
+    assert (moved.derived_steps, moved.fetched_tokens) == (1, 110 + 64)
+    assert moved.fetched_tokens_per_step_per_layer.tolist() == [0.0, 69.5, 17.5]
+    assert moved.fetched_tokens_per_step_sync == (7 + 32) / 2  # s0: L1h1 7, L2h0 0; s1: L1h0 32
+    assert moved.evicted_tokens_per_step == 3.0
+    assert moved.evicted_tokens_per_step_per_layer.tolist() == [0.0, 2.5, 0.5]
+    assert moved.refactorised_heads_per_step_per_layer.tolist() == [0.0, 0.5, 0.0]
+    summary = trace_summary(open_trace(path))
+    assert summary["evicted_bytes_total"] == 6 * 64 * 2 * 2 and summary["fetched_tokens_per_step"] == 87.0
+    assert summary["movement_basis"].startswith("recorded for 1 steps, derived for 1: missed pages")
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recomputed_rate_at_run_tau_agrees_with_flags(tmp_path: Path, seed: int) -> None:
     model = tiny_model(5, 3)
@@ -174,8 +209,12 @@ def _summary_peak_bytes(path: Path) -> tuple[dict, int]:
 
 
 def test_summary_streams_in_constant_memory(tmp_path: Path) -> None:
-    short, short_peak = _summary_peak_bytes(_long_trace(tmp_path / "short", 128))
-    long, long_peak = _summary_peak_bytes(_long_trace(tmp_path / "long", 1024))
+    short_path, long_path = _long_trace(tmp_path / "short", 128), _long_trace(tmp_path / "long", 1024)
+    # warm-up pass: fill CPython's object free lists (up to 2000 tuples of each size, ~100 KB, kept and
+    # counted by tracemalloc) before measuring, else the first measured pass's peak varies with GC timing
+    trace_summary(open_trace(long_path))
+    short, short_peak = _summary_peak_bytes(short_path)
+    long, long_peak = _summary_peak_bytes(long_path)
     assert (short["steps"], long["steps"]) == (128, 1024)
     assert long["context_tokens"]["max"] == 65 + 1023
     # 8x the steps, not more memory: a pass holds a few records at a time (1024 decoded records ~ 1.5 MB)
@@ -220,3 +259,12 @@ def test_steps_within_the_budget_are_not_checks(tmp_path: Path) -> None:
     wide = open_trace(write_trace(tmp_path / "w", make_meta(model, dense_layers=(0,), budget_tokens=256),
                                   [*within, *past]))
     assert correction_rate(wide).n_checks == 12 and trace_summary(wide)["steps_within_budget"] == 0
+
+
+def test_derived_movement_that_does_not_fit_int32_is_a_trace_error(tmp_path: Path) -> None:
+    """A format-2 step without movement fields derives missed pages x page_size; too large is refused."""
+    model = tiny_model(2, 1)
+    records = random_run(3, model, n_sequences=1, n_steps=2, dense_layers=())
+    path = write_trace(tmp_path / "t", make_meta(model, dense_layers=(), page_size=2**30), records)
+    with pytest.raises(TraceError, match=r"/t: step 0 of sequence 0: missed pages x page_size 1073741824"):
+        trace_summary(open_trace(path))

@@ -13,6 +13,7 @@ import numpy as np
 
 from traces import ModelSpec, PrefillRecord, RunMetadata, StepRecord, TraceWriter, get_model
 
+MOVEMENTS = ("none", "freekv", "random")  # how StepStream fills fetched/evicted/refactorised
 TIMING_NAMES = ("qkv", "correction_check", "select", "recall_sync", "attention", "ffn", "step_total")
 
 
@@ -61,11 +62,14 @@ class StepStream:
 
     def __init__(self, model: ModelSpec, sequence: int, prompt_tokens: int, dense_layers: tuple[int, ...],
                  n_selected: int, page_size: int = 32, churn: int = 3, with_mass: bool = False,
-                 missed_equals_added: bool = False) -> None:
+                 missed_equals_added: bool = False, movement: str = "none") -> None:
         self.model, self.sequence, self.context = model, sequence, prompt_tokens
         self.dense, self.n_selected, self.page_size = dense_layers, n_selected, page_size
         self.churn, self.with_mass, self.step = churn, with_mass, 0
         self.missed_equals_added = missed_equals_added  # else: added, a random subset, or none
+        if movement not in MOVEMENTS:
+            raise ValueError(f"movement must be one of {MOVEMENTS}, got {movement!r}")
+        self.movement = movement
         self.current: list[list[np.ndarray]] | None = None
 
     def next(self, rng: np.random.Generator) -> StepRecord:
@@ -120,20 +124,38 @@ class StepStream:
             attention_mass=rng.uniform(0.5, 1.0, shape).astype(np.float32) if self.with_mass else None,
         )
         self.step += 1
-        return rec
+        return replace(rec, **self._moved(rng, rec))
+
+    def _moved(self, rng: np.random.Generator, rec: StepRecord) -> dict[str, np.ndarray | None]:
+        """The movement fields: none (all None), freekv (what the runtime's recorder writes for FreeKV:
+        missed pages x page size, nothing evicted or rebuilt), random (any values, each field None with
+        probability 1/4)."""
+        if self.movement == "none":
+            return {}
+        shape = rec.similarity.shape
+        if self.movement == "freekv":
+            return {"fetched_tokens": (rec.missed_counts() * self.page_size).astype(np.int32),
+                    "evicted_tokens": np.zeros(shape, np.int32), "refactorised": np.zeros(shape, bool)}
+        fields = {
+            "fetched_tokens": rng.integers(0, 5000, shape).astype(np.int32),
+            "evicted_tokens": np.where(rng.random(shape) < 0.3, rng.integers(0, 1 << 31, shape),
+                                       rng.integers(0, 3, shape)).astype(np.int32),
+            "refactorised": rng.random(shape) < 0.2,
+        }
+        return {k: (None if rng.random() < 0.25 else v) for k, v in fields.items()}
 
 
 def random_run(seed: int, model: ModelSpec, *, n_sequences: int = 3, n_steps: int = 6,
                dense_layers: tuple[int, ...] = (0,), n_selected: int = 8, with_mass: bool = False,
-               prompt_tokens: int = 2048) -> list[PrefillRecord | StepRecord]:
+               prompt_tokens: int = 2048, movement: str = "none") -> list[PrefillRecord | StepRecord]:
     """Prefills of every sequence, then their steps interleaved (step-major, as a batch decodes)."""
     rng = np.random.default_rng(seed)
     records: list[PrefillRecord | StepRecord] = [
         random_prefill(rng, model, s, prompt_tokens + 64 * s, dense_layers, n_selected)
         for s in range(n_sequences)
     ]
-    streams = [StepStream(model, s, prompt_tokens + 64 * s, dense_layers, n_selected, with_mass=with_mass)
-               for s in range(n_sequences)]
+    streams = [StepStream(model, s, prompt_tokens + 64 * s, dense_layers, n_selected, with_mass=with_mass,
+                          movement=movement) for s in range(n_sequences)]
     for _ in range(n_steps):
         records += [stream.next(rng) for stream in streams]
     return records
