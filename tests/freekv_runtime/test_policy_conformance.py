@@ -93,7 +93,7 @@ def make_episode(shape: AttentionShape, prompt_tokens: int, n_steps: int, seed: 
             layers.append((q_last[layer], k, v))
         steps.append(layers)
     hidden = torch.randn(shape.n_layers, prompt_tokens + n_steps, HIDDEN, generator=g)
-    step_hidden = hidden[:, prompt_tokens:].transpose(0, 1)[:, :, :, None]  # (S, L, 1, D)
+    step_hidden = hidden[:, prompt_tokens:].transpose(0, 1)[:, :, None, :]  # (S, L, 1, D)
     return Episode(prompt, steps, hidden[:, :prompt_tokens], step_hidden.contiguous())
 
 

@@ -1,0 +1,334 @@
+"""InfiniGen: speculate the next layer's attention from a partial query/key projection, prefetch its tokens.
+
+Lee et al., "InfiniGen: Efficient Generative Inference of Large Language Models with Dynamic KV Cache
+Management" (OSDI 2024); public code snu-comparch/InfiniGen, read for semantics (nothing copied):
+accuracy/src/modeling_llama_ours.py (Llama: speculation from the previous layer's input, `kv_cache_mask`
+threshold rule, alpha = 5), accuracy/setup/gen_llama_skewing_matrix.py and
+accuracy/src/modeling_llama_ours_setup.py (skewing, partial columns: see `_infinigen_skew`),
+speedup/infinigen/infinigen/kv_selection_controller.py (`speculate_attention`: count of scores above
+max - alpha per head, mean over heads, top-k capped by max_num_kv; `select_kv`: gather of the selected
+tokens from the host cache), speedup/scripts/figure14/run.sh (--alpha 4 --partial-weight-ratio 0.2).
+
+Runtime policy (b batch, Hq / Hkv heads, G = Hq / Hkv, N tokens, d head dim, S / W sink / window tokens):
+- `prepare(model)`: per sparse layer, the skew A (Hkv, d, d) and the partial columns, from a seeded
+  calibration prompt run through the model (`_infinigen_skew.calibrate`).
+- Where the KV lives: dense layers (`dense_layers`, which must include layer 0: it has no previous layer
+  to speculate from) whole on the device; every sparse layer's full K/V on the host, and on the device
+  only the sink tokens, the recent window (a ring of W slots), the partial key cache (the skewed post-RoPE
+  keys' partial columns of every token) and a prefetch buffer.
+- Speculation (decode, in `layer_inputs(l - 1, hidden)`, before layer l - 1 attends): layer l's query
+  from layer l - 1's normed input (layer l's full q_proj, RoPE at the current position, skewed, cut to
+  the partial columns, as InfiniGen's Llama path does), scored against layer l's partial key cache:
+  s = q_part . k_part / sqrt(d), (b, Hkv, G, N). Per query head, the tokens with s > max(s) - alpha
+  outside sink and window are counted; the count's mean over the sequence's query heads (InfiniGen
+  fetches the same number for every head), floored, capped by budget - S - W, is the number selected
+  per KV head; each KV head takes its top tokens by the group's max-pooled s (group-consistent: a KV head's
+  tokens serve its whole group). While the context fits the budget (N + 1 <= budget_tokens) every token
+  outside sink and window is selected without scoring (so a budget covering the context is dense).
+- Prefetch: the selected tokens' K/V are gathered on the host and copied to the device prefetch buffer on
+  the copy stream (CUDA; synchronous on the CPU); layer l's attention waits on that event and attends
+  sink + prefetched + window (masked softmax in fp32). Nothing is kept between steps: InfiniGen
+  re-fetches every step's selection (no reuse).
+- New tokens: K/V to the host store (a blocking copy), the partial key to the device cache, into the ring.
+
+Trace (StepLog): `attended(...)` sink + window + selected tokens per (sequence, layer, KV head);
+`moved(fetched_tokens = tokens prefetched this step (all of them: none is resident beforehand),
+evicted_tokens = the previous step's prefetched tokens, replaced in the buffer)`; similarity NaN,
+`corrected` False (the prefetch is background), `selected` / `missed` empty (token granular: no page
+mapping), prefill decisions empty. Dense layers: all tokens, nothing moved.
+
+Configuration: RuntimeConfig budget_tokens (counts sink and window; FreeKV paper baseline 2048),
+sink_tokens, window_tokens, dense_layers (must include 0; FreeKV baseline: layer 0; InfiniGen's own code
+also keeps layer 1 dense); page_size only validates the others (token granular). `extra`:
+- partial_ratio (float in (0, 1], default 0.2: the scripts' --partial-weight-ratio): int(d * ratio)
+  columns from the queries and as many from the keys, their union;
+- alpha (float > 0, default 5.0: modeling_llama_ours.py; the speedup scripts use 4): logit margin below
+  each head's maximum for a token to count;
+- calib_tokens (int >= 16, default 512; the code calibrates on 2048 tokens of pg19), calib_seed (int >=
+  0, default 0): the seeded random-token calibration prompt.
+The CUDA path (copy stream, events, pinned staging) was not run on a GPU here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
+from freekv_runtime.model import apply_rope
+from freekv_runtime.policies._dense import attention_mass, dense_decode
+from freekv_runtime.policies._dropping import checked_extra, masked_decode
+from freekv_runtime.policies._infinigen_skew import LayerSkew, calibrate
+from freekv_runtime.policies._step_log import StepLog
+from freekv_runtime.policies.base import (
+    AttentionShape,
+    KVPolicy,
+    ModelAccess,
+    PolicyState,
+    PrefillDecisions,
+    StepDecisions,
+)
+from freekv_runtime.policies.full import DenseKVCache
+from freekv_runtime.recall import DeviceStreams, host_empty
+from freekv_runtime.timing import OpTimer
+
+__all__ = ["InfiniGenPolicy", "InfiniGenState", "DEFAULTS"]
+
+_EMPTY = np.zeros(0, dtype=np.int32)
+
+
+def _int_at_least(low: int):  # noqa: ANN202
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+DEFAULTS: dict[str, object] = {"partial_ratio": 0.2, "alpha": 5.0, "calib_tokens": 512, "calib_seed": 0}
+_CHECKS = {
+    "partial_ratio": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1,
+                      "a number in (0, 1] (share of a head's skewed columns used for speculation)"),
+    "alpha": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+              "a positive number (logit margin below the maximum)"),
+    "calib_tokens": (_int_at_least(16), "an integer >= 16 (calibration prompt tokens)"),
+    "calib_seed": (_int_at_least(0), "a non-negative integer (calibration prompt seed)"),
+}
+
+
+class _Prepared:
+    """What `prepare` read of the model: per sparse layer its skew tables and query projection."""
+
+    def __init__(self, model: ModelAccess, skews: dict[int, LayerSkew]) -> None:
+        self.skews = skews
+        self.q_proj = {layer: model.q_proj(layer) for layer in skews}
+        self.rope_table = model.rope_table
+
+
+class InfiniGenPolicy(KVPolicy):
+    name = "infinigen"
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        super().__init__(config)
+        self.knobs = checked_extra(config, self.name, DEFAULTS, _CHECKS)
+        if 0 not in config.dense_layers:
+            raise RuntimeConfigError(
+                "dense_layers must include layer 0 for method infinigen: layer l is speculated from layer "
+                f"l - 1's input, and layer 0 has none (got dense_layers={list(config.dense_layers)})")
+        self._prepared: _Prepared | None = None
+
+    def prepare(self, model: ModelAccess) -> None:
+        n_layers = model.shape.n_layers
+        bad = [layer for layer in self.config.dense_layers if not 0 <= layer < n_layers]
+        if bad:
+            raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{n_layers - 1}")
+        sparse = [layer for layer in range(n_layers) if layer not in self.config.dense_layers]
+        skews = calibrate(model, sparse, float(self.knobs["partial_ratio"]), int(self.knobs["calib_tokens"]),
+                          int(self.knobs["calib_seed"]))
+        self._prepared = _Prepared(model, skews)
+
+    def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
+                  timer: OpTimer) -> InfiniGenState:
+        if self._prepared is None:
+            raise RuntimeConfigError("method infinigen must be prepared with the model before new_state")
+        return InfiniGenState(self.config, float(self.knobs["alpha"]), self._prepared, shape, batch_size,
+                              torch.device(device), dtype, timer)
+
+
+class _Prefetch:
+    """One sparse layer's selection for the coming attention: idx (b, Hkv, k) token ids (host int64),
+    n_sel (b,) tokens selected per KV head of each sequence, keys/values (b, Hkv, k, d) on the device,
+    ready after `event` (CUDA; None on the CPU)."""
+
+    def __init__(self, idx: torch.Tensor, n_sel: np.ndarray, keys: torch.Tensor, values: torch.Tensor,
+                 event: torch.cuda.Event | None) -> None:
+        self.idx, self.n_sel, self.keys, self.values, self.event = idx, n_sel, keys, values, event
+        self.staged: torch.Tensor | None = None
+
+
+class InfiniGenState(PolicyState):
+    """Per-request state. dense: device KV of the dense layers; host: full KV of the sparse layers (CPU);
+    ring_k/ring_v[l] (b, Hkv, S + W, d): sink slots [0, S) and window slots, token n >= S in slot
+    S + (n - S) % W; partial[l] (b, Hkv, cap, c) float32 skewed partial keys; n_tokens[l] tokens held."""
+
+    wants_layer_inputs = True
+
+    def __init__(self, config: RuntimeConfig, alpha: float, prepared: _Prepared, shape: AttentionShape,
+                 batch_size: int, device: torch.device, dtype: torch.dtype, timer: OpTimer) -> None:
+        self.config, self.alpha, self.prep, self.shape = config, alpha, prepared, shape
+        self.b, self.device, self.timer = batch_size, device, timer
+        self.streams = DeviceStreams(device)
+        self.dense = DenseKVCache.empty(shape, batch_size, device, dtype)
+        self.host = DenseKVCache.empty(shape, batch_size, torch.device("cpu"), dtype)
+        s, w = config.sink_tokens, config.window_tokens
+        ring = (batch_size, shape.n_kv_heads, s + w, shape.head_dim)
+        self.ring_k = {layer: torch.zeros(ring, device=device, dtype=dtype) for layer in prepared.skews}
+        self.ring_v = {layer: torch.zeros(ring, device=device, dtype=dtype) for layer in prepared.skews}
+        self.partial = {layer: torch.zeros(*ring[:2], 0, t.cols.shape[1], device=device)
+                        for layer, t in prepared.skews.items()}
+        self.n_tokens = [0] * shape.n_layers
+        self.pending: dict[int, _Prefetch] = {}
+        self.prev_fetched = {layer: np.zeros(batch_size, np.int64) for layer in prepared.skews}
+        self._rope = prepared.rope_table(1)
+        self._decoding = False
+        self.log = StepLog(batch_size, shape.n_layers, shape.n_kv_heads, config.measure_attention_mass)
+
+    def is_sparse(self, layer: int) -> bool:
+        return layer in self.prep.skews
+
+    # ---- storing tokens ----
+    def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Append k, v (b, Hkv, T, d) post-RoPE of a sparse layer: host, partial keys, sink/window slots."""
+        n_old, n_new = self.n_tokens[layer], k.shape[2]
+        self.host.append(layer, k.to("cpu"), v.to("cpu"))
+        part = self.prep.skews[layer].partial(k)
+        held = self.partial[layer]
+        if n_old + n_new > held.shape[2]:  # grow with a quarter of headroom: amortised O(1) per token
+            grown = held.new_zeros(*held.shape[:2], (n_old + n_new) * 5 // 4 + 64, held.shape[3])
+            grown[:, :, :n_old] = held[:, :, :n_old]
+            self.partial[layer] = held = grown
+        held[:, :, n_old:n_old + n_new] = part
+        s, w = self.config.sink_tokens, self.config.window_tokens
+        pos = torch.arange(n_old, n_old + n_new)
+        pos = pos[(pos < s) | (pos >= n_old + n_new - w)]  # the ones that are sink or stay in the window
+        slots = torch.where(pos < s, pos, s + (pos - s) % w).to(self.device)
+        local = (pos - n_old).to(self.device)
+        self.ring_k[layer][:, :, slots] = k[:, :, local]
+        self.ring_v[layer][:, :, slots] = v[:, :, local]
+        self.n_tokens[layer] = n_old + n_new
+
+    def _ring_valid(self, n: int) -> torch.Tensor:
+        """(S + W,) bool: the ring slots holding a token of a context of n tokens."""
+        s, w = self.config.sink_tokens, self.config.window_tokens
+        slot = torch.arange(s + w, device=self.device)
+        return torch.where(slot < s, slot < n, slot - s < min(w, max(0, n - s)))
+
+    # ---- PolicyState ----
+    def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with self.timer.op("attention"):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        with self.timer.op("append_offload"):
+            if self.is_sparse(layer):
+                self._store(layer, k, v)
+            else:
+                self.dense.append(layer, k, v)
+                self.n_tokens[layer] += k.shape[2]
+        return out
+
+    def end_prefill(self) -> PrefillDecisions:
+        self._decoding = True
+        layers = [[_EMPTY] * self.shape.n_kv_heads for _ in range(self.shape.n_layers)]
+        return PrefillDecisions(initial_selected=[[list(h) for h in layers] for _ in range(self.b)])
+
+    def layer_inputs(self, layer: int, hidden: torch.Tensor, k_pre_rope: torch.Tensor, start: int) -> None:
+        """Decode: speculate layer + 1 from this layer's input hidden (b, 1, D) and start its prefetch."""
+        target = layer + 1
+        if not self._decoding or not self.is_sparse(target):
+            return
+        with self.timer.op("select"):
+            idx, n_sel = self._speculate(target, hidden, start)
+        with self.timer.op("recall_background"):
+            self.pending[target] = self._prefetch(target, idx, n_sel)
+
+    def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if not self.is_sparse(layer):
+            keys, values = self.dense.append(layer, k, v)
+            self.n_tokens[layer] += 1
+            with self.timer.op("attention"):
+                out = dense_decode(q, keys, values)
+            self.log.dense(layer, keys.shape[2])
+            return out
+        fetch = self.pending.pop(layer, None)
+        if fetch is None:
+            raise RuntimeError(f"infinigen: layer {layer} decoded without the speculation of layer_inputs"
+                               f"({layer - 1}); the model must call layer_inputs (wants_layer_inputs)")
+        with self.timer.op("append_offload"):
+            self._store(layer, k, v)
+        n = self.n_tokens[layer]
+        self.streams.wait(fetch.event)
+        ring = self._ring_valid(n)
+        picked = torch.arange(fetch.keys.shape[2], device=self.device)[None, :] < torch.as_tensor(
+            fetch.n_sel, device=self.device)[:, None]  # (b, k)
+        keep = torch.cat([ring.expand(self.b, self.shape.n_kv_heads, -1),
+                          picked[:, None].expand(-1, self.shape.n_kv_heads, -1)], dim=2)
+        with self.timer.op("attention"):
+            out, _ = masked_decode(q, torch.cat([self.ring_k[layer], fetch.keys], dim=2),
+                                   torch.cat([self.ring_v[layer], fetch.values], dim=2), keep)
+        attended = np.broadcast_to((int(ring.sum()) + fetch.n_sel)[:, None], (self.b, self.shape.n_kv_heads))
+        mass = self._mass(layer, q, fetch, n) if self.config.measure_attention_mass else None
+        self.log.attended(layer, attended.astype(np.int32), mass)
+        heads = (self.b, self.shape.n_kv_heads)
+        fetched = np.broadcast_to(fetch.n_sel[:, None], heads).astype(np.int32)
+        evicted = np.broadcast_to(self.prev_fetched[layer][:, None], heads).astype(np.int32)
+        self.log.moved(layer, fetched_tokens=fetched, evicted_tokens=evicted)
+        self.prev_fetched[layer] = fetch.n_sel
+        return out
+
+    def end_step(self) -> StepDecisions:
+        return self.log.finish()
+
+    # ---- speculation and prefetch ----
+    def candidates(self, n_after: int) -> tuple[int, int]:
+        """Token range [lo, hi) outside sink and window once the context holds n_after tokens."""
+        s, w = self.config.sink_tokens, self.config.window_tokens
+        return s, max(s, n_after - w)
+
+    def speculative_scores(self, layer: int, hidden: torch.Tensor, start: int) -> torch.Tensor:
+        """Layer `layer`'s approximate scores (b, Hkv, G, N) of its N held tokens for the query at position
+        `start` made from hidden (b, 1, D), the previous layer's normed input."""
+        b, hq, hkv, d = self.b, self.shape.n_qo_heads, self.shape.n_kv_heads, self.shape.head_dim
+        if start + 1 > self._rope.n_positions:
+            self._rope = self.prep.rope_table(2 * (start + 1))
+        q = self.prep.q_proj[layer](hidden).view(b, 1, hq, d).transpose(1, 2)  # (b, Hq, 1, d)
+        q = apply_rope(q, *self._rope.at(start, 1))
+        q_part = self.prep.skews[layer].partial(q.reshape(b, hkv, hq // hkv, d))  # (b, Hkv, G, c)
+        keys = self.partial[layer][:, :, : self.n_tokens[layer]]
+        return q_part @ keys.transpose(-1, -2) / math.sqrt(d)
+
+    def _speculate(self, layer: int, hidden: torch.Tensor, start: int) -> tuple[torch.Tensor, np.ndarray]:
+        """(idx (b, Hkv, k) int64 token ids best first, n_sel (b,)): layer's tokens to prefetch."""
+        n_after = self.n_tokens[layer] + 1
+        lo, hi = self.candidates(n_after)
+        hkv = self.shape.n_kv_heads
+        if n_after <= self.config.budget_tokens:  # the context fits the budget: every candidate
+            idx = torch.arange(lo, hi, device=self.device).expand(self.b, hkv, -1)
+            return idx, np.full(self.b, hi - lo, dtype=np.int64)
+        scores = self.speculative_scores(layer, hidden, start)  # (b, Hkv, G, N)
+        top = scores.amax(dim=-1, keepdim=True)
+        count = (scores[..., lo:hi] > top - self.alpha).sum(-1).float().mean(dim=(1, 2))  # (b,)
+        cap = self.config.budget_tokens - self.config.sink_tokens - self.config.window_tokens
+        n_sel = np.minimum(np.floor(count.cpu().numpy()).astype(np.int64), min(cap, hi - lo))
+        pooled = scores[..., lo:hi].amax(dim=2)  # (b, Hkv, candidates): the group's max
+        order = torch.sort(pooled, dim=-1, descending=True, stable=True).indices
+        return order[..., : int(n_sel.max())] + lo, n_sel
+
+    def _prefetch(self, layer: int, idx: torch.Tensor, n_sel: np.ndarray) -> _Prefetch:
+        """Gather the selected tokens' K/V on the host and copy them to the device (copy stream on CUDA)."""
+        idx_host = idx.to("cpu")
+        b, hkv, k = idx_host.shape
+        n = self.n_tokens[layer]
+        gather = idx_host[..., None].expand(b, hkv, k, self.shape.head_dim)
+        host_k, host_v = self.host.keys[layer][:, :, :n], self.host.values[layer][:, :, :n]
+        if not self.streams.is_cuda:
+            return _Prefetch(idx_host, n_sel, host_k.gather(2, gather), host_v.gather(2, gather), None)
+        staged = host_empty((2, b, hkv, k, self.shape.head_dim), host_k.dtype, self.device)  # pinned
+        torch.gather(host_k, 2, gather, out=staged[0])
+        torch.gather(host_v, 2, gather, out=staged[1])
+        ready = self.streams.record()
+        with torch.cuda.stream(self.streams.copy):
+            self.streams.wait(ready, self.streams.copy)
+            on_device = staged.to(self.device, non_blocking=True)
+        on_device.record_stream(torch.cuda.current_stream(self.device))  # used by the layer's attention
+        fetch = _Prefetch(idx_host, n_sel, on_device[0], on_device[1], self.streams.record(self.streams.copy))
+        fetch.staged = staged  # the pinned source stays alive until the copy is done
+        return fetch
+
+    def _mass(self, layer: int, q: torch.Tensor, fetch: _Prefetch, n: int) -> np.ndarray:
+        """Dense attention probability on the attended tokens (from the host's full keys): (b, Hkv)."""
+        mask = self._ring_valid(n).new_zeros(self.b, self.shape.n_kv_heads, n)
+        lo, hi = self.candidates(n)
+        mask[:, :, :lo] = True
+        mask[:, :, hi:] = True
+        for i in range(self.b):
+            mask[i].scatter_(1, fetch.idx[i, :, : fetch.n_sel[i]].to(self.device), True)
+        keys = self.host.keys[layer][:, :, :n].to(self.device)
+        return attention_mass(q[:, :, 0], keys, mask).cpu().numpy()
