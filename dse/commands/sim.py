@@ -1,6 +1,7 @@
 """`dse sim`: replay a trace (or synthetic demand) on a hardware profile; `dse sim calibrate`.
 
     dse sim [run] [TRACE | --synthetic SPEC] --model M --hardware H --method freekv|all ... [--json]
+        [--transplant-method]
     dse sim calibrate TRACE --hardware H [--out fitted.yaml] [--json]
     dse sim calibrate --microbench FILE --hardware H [--software S] --out DIR [--json]
 
@@ -117,6 +118,12 @@ def command() -> None:
     help="replay a stored study run's trace: the study YAML, storage URL or SQLite file (with --trial)",
 )
 @click.option("--trial", default=None, help="with --study: a trial number, 'dense' or 'untuned'")
+@click.option(
+    "--transplant-method",
+    is_flag=True,
+    help="price a trace of one runtime policy with another method's model (refused otherwise); labelled "
+    "'demand of <trace method> transplanted onto <method>' in every output",
+)
 def run_command(
     trace: Path | None,
     synthetic: str | None,
@@ -145,12 +152,14 @@ def run_command(
     timeline_steps: str,
     study_source: str | None,
     trial: str | None,
+    transplant_method: bool,
 ) -> None:
     """Simulate METHOD on HARDWARE for MODEL, from TRACE, --study S --trial N, or --synthetic SPEC.
 
     With a TRACE, page size, budget, sink, window, tau and dense layers are the trace's unless given here
     (each override is reported with the trace's value). --study S --trial N replays the trace a stored
-    study run recorded (N: a trial number, 'dense' or 'untuned')."""
+    study run recorded (N: a trial number, 'dense' or 'untuned'). Each method replays traces of its own
+    runtime policy only; --transplant-method prices another policy's trace with it (labelled)."""
     from dse.commands import sim_inputs
     from sim import SimInputError, demand_from_trace, synthetic_demand
     from sim.methods import available_methods
@@ -215,6 +224,7 @@ def run_command(
             k.removeprefix("software."): v for k, v in sets.items() if k.startswith("software.")
         },
         method_options=_pairs(options, "--option"),
+        transplant_method=transplant_method,
     )
     if software is not None:
         base["software"] = software
@@ -228,6 +238,14 @@ def run_command(
             f"--timeline-steps must be comma-separated integers, got {timeline_steps!r}"
         ) from None
     methods = available_methods() if method == "all" else [method]
+    if method == "all" and demand is not None and not transplant_method:
+        methods, refused = sim_inputs.own_demand_methods(methods, demand.method)
+        if refused:
+            cli_notes.append(
+                f"the trace holds the demand of {demand.method}; not replayed with the models of "
+                f"{', '.join(refused)} (each replays its own policy's trace; --transplant-method prices "
+                f"this one with them, labelled)"
+            )
     runs = [_run_batch(b, methods, modes, method, demand, base, seed, engine, steps) for b in batches]
     if csv_path is not None:
         _write_csv(csv_path, batches, runs)

@@ -85,6 +85,7 @@ class ArkVale(Method):
     issue_overhead_s: float = 0.0
 
     name: ClassVar[str] = "arkvale"
+    replays: ClassVar[str | None] = "arkvale"
     summary: ClassVar[str] = "pages backed up to host, digest scores every step, blocking recall of misses"
     sources: ClassVar[tuple[str, ...]] = (
         "Chen et al., ArkVale: Efficient Generative LLM Inference with Recallable Key-Value Eviction "

@@ -79,6 +79,7 @@ class InfiniGen(Method):
     run_bytes: int = 0
 
     name: ClassVar[str] = "infinigen"
+    replays: ClassVar[str | None] = "infinigen"
     summary: ClassVar[str] = "next-layer speculation with partial weights, token-granular prefetch from host"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (

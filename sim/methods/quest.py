@@ -63,6 +63,7 @@ class Quest(GroupOptionMethod):
     group_consistent: bool = False
 
     name: ClassVar[str] = "quest"
+    replays: ClassVar[str | None] = "quest"
     summary: ClassVar[str] = "all KV on GPU, min/max page scores every step, per-query-head top-k"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (

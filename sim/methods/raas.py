@@ -53,6 +53,7 @@ class RaaS(GroupOptionMethod):
     group_consistent: bool = True
 
     name: ClassVar[str] = "raas"
+    replays: ClassVar[str | None] = "raas"
     summary: ClassVar[str] = "budgeted KV on GPU, timestamp-based page eviction, no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (

@@ -91,6 +91,7 @@ class ShadowKV(Method):
     svd_flops_fraction: float = 0.01
 
     name: ClassVar[str] = "shadowkv"
+    replays: ClassVar[str | None] = "shadowkv"
     summary: ClassVar[str] = "low-rank keys on GPU, values on host, sparse chunk fetch + key rebuild"
     sources: ClassVar[tuple[str, ...]] = (
         "Sun et al., ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference "
