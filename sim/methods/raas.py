@@ -34,6 +34,7 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
+from sim.methods.dropping import budget_attention_s, budget_memory, kept_tokens
 from sim.methods.eager import decoder_host_s, with_host
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
@@ -80,12 +81,7 @@ class RaaS(GroupOptionMethod):
         dense = dem.dense_layer[None, :]
         sets = self.sets_per_layer(m)
         context = dem.context_tokens.astype(np.float64)
-        kept = np.minimum(context, cfg.budget_tokens)
-        attn = cost.kernel_s(
-            4.0 * b * m.n_qo_heads * kept * d,
-            b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
-            1,
-        )
+        kept = kept_tokens(ctx)
         kept_pages = np.ceil(kept / p)
         # page scores of the retained pages from their min/max (2*d per page), timestamps written
         stamp = cost.kernel_s(
@@ -102,9 +98,7 @@ class RaaS(GroupOptionMethod):
             host["evict"] = np.where(dense, 0.0, np.where(ctx.full(evict) > 0, RAAS_EVICT.seconds(sw), 0.0))
         return with_host({
             "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(
-                np.where(dense, ctx.full(cost.attention_s(dem.context_tokens)), ctx.full(attn))
-            ),
+            "attention": Kernel(budget_attention_s(ctx, sets)),
             "stamp": Kernel(np.where(dense, 0.0, ctx.full(stamp))),
             "evict": Kernel(np.where(dense, 0.0, ctx.full(evict))),
             "out_proj": Kernel(ctx.full(cost.out_proj_s())),
@@ -115,13 +109,6 @@ class RaaS(GroupOptionMethod):
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """GPU: budget tokens (+ page min/max, timestamps) per retained set on sparse layers, whole KV on
         dense layers. Nothing on the host."""
-        d, dt = model.head_dim, cfg.dtype_bytes
-        ctx_tokens = cfg.max_context_tokens
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
-        kept = min(cfg.budget_tokens, ctx_tokens)
-        pages = -(-kept // cfg.page_size)
-        per_set = kept * 2 * d * dt + pages * (2 * d * dt + 8)
-        dense_bytes = n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
-        gpu = n_sparse * self.sets_per_layer(model) * per_set + dense_bytes
-        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu), host_per_seq_bytes=0)
+        pages = -(-min(cfg.budget_tokens, cfg.max_context_tokens) // cfg.page_size)
+        per_page = 2 * model.head_dim * cfg.dtype_bytes + 8
+        return budget_memory(cfg, model, self.sets_per_layer(model), pages * per_page)
