@@ -17,7 +17,9 @@ from sim.errors import SimInputError
 from sim.methods import METHODS, available_methods, method_class
 from sim.synthetic import synthetic_demand
 
-PEERS = ("quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention", "streamingllm", "h2o", "snapkv")
+PEERS = (
+    "quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention", "streamingllm", "h2o", "snapkv"
+)
 OFFLOADING = ("arkvale", "shadowkv", "infinigen")
 ON_GPU = ("quest", "raas", "razorattention", "streamingllm", "h2o", "snapkv")
 MODEL = "llama-3.1-8b"
