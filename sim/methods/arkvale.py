@@ -144,7 +144,8 @@ class ArkVale(Method):
         run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
         # recalled (sequence, KV head, page): the trace's fetched tokens / p (ArkVale's own trace; FreeKV's
         # missed pages x p when transplanted or synthetic); a group recalls a page once for its gh heads
-        copies = -(-(-(-dem.fetched_tokens // p)) // gh)
+        pages = -(-dem.fetched_tokens // p)
+        copies = -(-pages // gh)
         copies = np.where(dense, 0, copies).astype(np.int64)
         select = ctx.full(cost.select_s(dem.candidate_pages))
         has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense
