@@ -15,11 +15,46 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, MemoryNeed
+from sim.methods.base import CostContext, Kernel, MemoryNeed, OpSpec, Work
+from sim.methods.dense import DENSE_LAYER_OPS
+from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
 __all__ = ["kept_tokens", "budget_attention_s", "eager_attention_s", "budget_memory", "layer_split",
-           "attended_tokens"]
+           "attended_tokens", "layer_template", "layer_work"]
+
+
+def layer_template(*own: OpSpec) -> tuple[OpSpec, ...]:
+    """One decoder layer on the GPU: qkv, attention, the method's own ops `own` (scoring, eviction), then
+    out_proj, ffn and the LM head (dense's layer when `own` is empty)."""
+    return (*DENSE_LAYER_OPS[:2], *own, *DENSE_LAYER_OPS[2:])
+
+
+def layer_work(
+    ctx: CostContext,
+    attention_s: np.ndarray,
+    attention_host: HostOps,
+    own_s: dict[str, np.ndarray] | None = None,
+    own_host: dict[str, HostOps] | None = None,
+) -> dict[str, Work]:
+    """Work of `layer_template`: the shared decoder ops, attention `attention_s` (S, L), and each own op's
+    seconds (scalar, (S,) or (S, L)), zero on dense layers. As published: a stock HF eager decoder whose
+    attention recipe is `attention_host`, plus each own op's HostOps wherever that op does work."""
+    cost, dense = ctx.cost, ctx.demand.dense_layer[None, :]
+    own = {op: np.where(dense, 0.0, ctx.full(seconds)) for op, seconds in (own_s or {}).items()}
+    host = decoder_host_s(ctx, "hf", attention_host)
+    if host:
+        for op, ops in (own_host or {}).items():
+            host[op] = np.where(own[op] > 0, ops.seconds(ctx.software), 0.0)
+    return with_host({
+        "qkv": Kernel(ctx.full(cost.qkv_s())),
+        "attention": Kernel(np.asarray(attention_s, dtype=np.float64)),
+        **{op: Kernel(seconds) for op, seconds in own.items()},
+        "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+        "ffn": Kernel(ctx.full(cost.ffn_s())),
+        "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+    }, host)
 
 
 def kept_tokens(ctx: CostContext) -> np.ndarray:

@@ -37,15 +37,16 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
+from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
 from sim.methods.dropping import (
     attended_tokens,
     budget_attention_s,
     budget_memory,
     eager_attention_s,
     kept_tokens,
+    layer_template,
+    layer_work,
 )
-from sim.methods.eager import decoder_host_s, with_host
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -75,14 +76,9 @@ class H2O(GroupOptionMethod):
     )
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("attention", ("compute",)),
+        return layer_template(
             OpSpec("score", ("compute",), category="select"),
             OpSpec("evict", ("compute",), host_sync=ctx.as_published, category="select"),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
         )
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
@@ -104,20 +100,8 @@ class H2O(GroupOptionMethod):
             attention = budget_attention_s(ctx, sets) + np.where(dense, 0.0, written)
             score = cost.kernel_s(0.0, probs + 2 * scores, 1)
             evict = np.where(full, cost.kernel_s(0.0, scores, 1), 0.0)
-        host = decoder_host_s(ctx, "hf", H2O_ATTENTION)
-        if host:
-            sw = ctx.software
-            host["score"] = np.where(dense, 0.0, ctx.full(H2O_SCORE.seconds(sw)))
-            host["evict"] = np.where(dense, 0.0, np.where(ctx.full(evict) > 0, H2O_EVICT.seconds(sw), 0.0))
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(attention),
-            "score": Kernel(np.where(dense, 0.0, ctx.full(score))),
-            "evict": Kernel(np.where(dense, 0.0, ctx.full(evict))),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, host)
+        return layer_work(ctx, attention, H2O_ATTENTION, {"score": score, "evict": evict},
+                          {"score": H2O_SCORE, "evict": H2O_EVICT})
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """Budget tokens (+ an fp32 score each) per kept set on sparse layers, whole KV on dense layers."""

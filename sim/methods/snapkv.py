@@ -32,10 +32,8 @@ from typing import ClassVar
 
 from sim.config import SimConfig
 from sim.errors import SimInputError
-from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
-from sim.methods.dense import DENSE_LAYER_OPS
-from sim.methods.dropping import budget_attention_s, budget_memory, layer_split
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
+from sim.methods.dropping import budget_attention_s, budget_memory, layer_split, layer_template, layer_work
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -71,17 +69,10 @@ class SnapKV(GroupOptionMethod):
             raise SimInputError(f"method_options.observation_tokens must be a positive integer, got {w!r}")
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return DENSE_LAYER_OPS
+        return layer_template()
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
-        cost = ctx.cost
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(budget_attention_s(ctx, self.sets_per_layer(ctx.model))),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, decoder_host_s(ctx, "hf", SNAPKV_ATTENTION))
+        return layer_work(ctx, budget_attention_s(ctx, self.sets_per_layer(ctx.model)), SNAPKV_ATTENTION)
 
     def vote_s(self, ctx: CostContext) -> float:
         """GPU seconds of one sparse layer's vote at prefill (module docstring): the window's queries

@@ -34,10 +34,15 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
-from sim.methods.dense import DENSE_LAYER_OPS
-from sim.methods.dropping import attended_tokens, budget_attention_s, budget_memory, eager_attention_s
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
+from sim.methods.dropping import (
+    attended_tokens,
+    budget_attention_s,
+    budget_memory,
+    eager_attention_s,
+    layer_template,
+    layer_work,
+)
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -67,7 +72,7 @@ class StreamingLLM(GroupOptionMethod):
     )
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return DENSE_LAYER_OPS
+        return layer_template()
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cost, m = ctx.cost, ctx.model
@@ -79,13 +84,7 @@ class StreamingLLM(GroupOptionMethod):
             attention = np.asarray(eager_attention_s(ctx, tokens, sets) + rope, dtype=np.float64)
         else:
             attention = budget_attention_s(ctx, sets)
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(attention),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, decoder_host_s(ctx, "hf", POS_SHIFT_ATTENTION))
+        return layer_work(ctx, attention, POS_SHIFT_ATTENTION)
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """Budget tokens per kept set on sparse layers, the whole context on dense layers; no host."""
