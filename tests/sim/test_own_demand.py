@@ -150,6 +150,30 @@ def test_infinigen_prefetches_what_its_own_trace_fetched(tmp_path: Path) -> None
     assert any("closed-form" in n for n in res.notes) and res.demand_label.startswith("none")
 
 
+def test_quest_offloaded_recalls_what_its_own_trace_fetched(tmp_path: Path) -> None:
+    """Quest's offloaded variant: the trace's fetched pages are recalled synchronously; without Quest's own
+    trace every selected page of every step; the default (all on GPU) recalls nothing."""
+    path = make_trace(tmp_path / "t")
+
+    def moved(rec):
+        return {"fetched_tokens": np.full(rec.corrected.shape, 64, np.int32)}  # 2 pages per head
+
+    own = demand_from_trace(_MovedReader(path, "quest", moved))
+    cfg = _cfg("quest", batch_size=1, method_options={"offload": True, "group_consistent": True})
+    m = get_model(MODEL)
+    traced = prepare(cfg, own).work["recall"].n_copies
+    closed = prepare(cfg, None).work["recall"].n_copies
+    sparse = ~prepare(cfg, None).ctx.demand.dense_layer
+    assert (traced[:, sparse] == 2 * m.n_kv_heads).all()
+    assert (closed[:, sparse] == cfg.selected_pages * m.n_kv_heads).all()
+    on_gpu = run_simulation(_cfg("quest", batch_size=1), own)
+    offloaded = run_simulation(cfg, own)
+    assert offloaded.memory.host_bytes > 0 and on_gpu.memory.host_bytes == 0
+    assert offloaded.memory.gpu_bytes < on_gpu.memory.gpu_bytes
+    assert offloaded.link_bytes["h2d"] > 0 and on_gpu.link_bytes["h2d"] == 0
+    assert "recall" not in {op.name for op in prepare(_cfg("quest"), None).template}
+
+
 def _cli(args: list[str]) -> dict:
     result = CliRunner().invoke(command, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
