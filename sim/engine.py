@@ -29,7 +29,7 @@ from sim.software import SoftwareProfile, load_software
 from traces.models import ModelSpec, UnknownModelError, get_model
 
 __all__ = ["run_simulation", "prepare", "durations_of", "Prepared", "engine_sync_s", "check_replay",
-           "method_transplant"]
+           "method_transplant", "own_demand_methods"]
 
 EngineName = Literal["aggregated", "simpy"]
 
@@ -90,6 +90,21 @@ def check_replay(method: Method, cfg: SimConfig, demand: Demand | None) -> None:
         f"{method.replays or cfg.method} ...`, or pass --transplant-method (SimConfig.transplant_method) "
         f"to price {demand.method}'s demand with the {cfg.method} model (labelled as transplanted)"
     )
+
+
+def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list[str], list[str]]:
+    """(kept, refused) of the method `names` for a trace of policy `trace_method`: kept are the methods
+    that replay that policy's traces and those whose costs need no trace; refused the others
+    (`check_replay` would refuse them). Synthetic demand (None) keeps all."""
+    from sim.methods import method_class
+
+    if trace_method is None:
+        return list(names), []
+    kept, refused = [], []
+    for name in names:
+        cls = method_class(name)
+        (kept if not cls.needs_demand or cls.replays == trace_method else refused).append(name)
+    return kept, refused
 
 
 def method_transplant(method: Method, cfg: SimConfig, demand: Demand | None) -> str | None:

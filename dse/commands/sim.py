@@ -239,7 +239,9 @@ def run_command(
         ) from None
     methods = available_methods() if method == "all" else [method]
     if method == "all" and demand is not None and not transplant_method:
-        methods, refused = sim_inputs.own_demand_methods(methods, demand.method)
+        from sim.engine import own_demand_methods
+
+        methods, refused = own_demand_methods(methods, demand.method)
         if refused:
             cli_notes.append(
                 f"the trace holds the demand of {demand.method}; not replayed with the models of "

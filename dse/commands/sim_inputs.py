@@ -14,7 +14,7 @@ from typing import Any
 from sim.errors import SimInputError
 
 __all__ = ["DEFAULTS", "Resolved", "parse_dense_layers", "resolve_knobs", "trace_status_note",
-           "check_max_positions", "own_demand_methods"]
+           "check_max_positions"]
 
 # The CLI's values where neither the command line nor a trace says (the FreeKV paper's setup).
 DEFAULTS: dict[str, Any] = {
@@ -133,17 +133,3 @@ def check_max_positions(model: str, input_tokens: int, output_tokens: int) -> No
             f"{spec.max_position_tokens} tokens (or a model with more positions)"
         )
 
-
-def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list[str], list[str]]:
-    """(kept, refused) for `dse sim --method all` on a trace of policy `trace_method`: kept are the methods
-    that replay that policy's traces and those whose costs need no trace; refused the others (each model
-    replays its own policy's demand: sim.engine.check_replay). Synthetic demand (None) keeps all."""
-    from sim.methods import method_class
-
-    if trace_method is None:
-        return list(names), []
-    kept, refused = [], []
-    for name in names:
-        cls = method_class(name)
-        (kept if not cls.needs_demand or cls.replays == trace_method else refused).append(name)
-    return kept, refused
