@@ -32,7 +32,7 @@ Mapping rules (documented in every output through `transplanted_from` / `synthet
   trace's capacity in tokens (format-1 traces: fetched = missed pages x page size, so FreeKV's ratio is
   missed / selected pages, its selection filling the capacity past the budget). A trace without its
   budget, sink, window or page size falls back to missed / selected pages (where the source selected
-  nothing, the mean ratio of the same layer and head is used).
+  nothing, the mean ratio of the same layer and head is used) and replays no evictions.
 - methods: a dropping method (StreamingLLM, H2O, SnapKV, RaaS, RazorAttention) never fetches: its
   ratio is 0 and its evictions are what it dropped.
 - candidate pages: ceil(context / p) - sink pages - window pages (at least 0), as the runtime's store
@@ -250,7 +250,8 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
             ratio.append(_miss_ratio(mapped(acc, "sel"), mapped(acc, "miss")))
         else:
             ratio.append(_token_ratio(mapped(acc, "fetch"), capacity))
-        evict.append(_token_ratio(mapped(acc, "evict"), capacity or 1))
+        if capacity is not None:  # without a capacity evictions cannot be scaled: none are replayed
+            evict.append(_token_ratio(mapped(acc, "evict"), capacity))
         refac.append(mapped(acc, "refac", bool))
         timings.append(tuple(acc["t"]))
     transplanted = src.name if tgt.name != src.name else None
@@ -268,7 +269,7 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         skipped_steps=tuple(skipped[seq] for seq in sorted(per_seq)),
         recorded_context_tokens=longest,
         method=str(meta.runtime.get("method") or "freekv"),
-        evict_ratio=tuple(evict),
+        evict_ratio=tuple(evict) if capacity is not None else None,
         refactorised=tuple(refac),
     )
 
