@@ -75,7 +75,11 @@ def command() -> None:
     help="price methods as their public code runs them, or at hardware limits; default: as-published, "
     "both with --method all",
 )
-@click.option("--method", default="freekv", show_default=True, help="method name, or 'all' to compare")
+@click.option(
+    "--method",
+    default=None,
+    help="method name, or 'all' to compare [the model of the trace's own policy; without a trace freekv]",
+)
 @click.option("--batch", "batch_text", default="1", show_default=True,
               help="batch size, or a comma-separated list (1,4,16): one result per batch")
 @click.option("--input-tokens", default=600, show_default=True, type=click.IntRange(min=1))
@@ -131,7 +135,7 @@ def run_command(
     hardware: str,
     software: str | None,
     implementation: str | None,
-    method: str,
+    method: str | None,
     batch_text: str,
     input_tokens: int,
     output_tokens: int,
@@ -228,6 +232,11 @@ def run_command(
     )
     if software is not None:
         base["software"] = software
+    if method is None:  # the model of the trace's own policy (the runtime's dense policy: dense)
+        from dse.objective import SIM_METHOD
+
+        own = demand.method if demand is not None else None
+        method = SIM_METHOD.get(own, own) if own else "freekv"
     mode = implementation or ("both" if method == "all" else "as-published")
     modes = ["as-published", "ideal"] if mode == "both" else [mode]
     last = output_tokens - 1

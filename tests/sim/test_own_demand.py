@@ -194,6 +194,13 @@ def test_cli_refuses_another_policys_trace_with_exit_2(tmp_path: Path, capsys) -
     assert "demand of quest transplanted onto arkvale" in out["demand"]
 
 
+def test_cli_method_defaults_to_the_traces_own_policy(tmp_path: Path) -> None:
+    out = _cli([str(make_trace(tmp_path / "t", method="arkvale")), *SIM_ARGS, "--json"])
+    assert out["method"] == "arkvale" and out["transplanted_method"] is None
+    synthetic = _cli(["--synthetic", "correction=0.3,hit=0.8,steps=16", *SIM_ARGS, "--json"])
+    assert synthetic["method"] == "freekv"
+
+
 def test_cli_method_all_runs_own_and_demand_free_methods(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "t")
     out = _cli([str(trace), *SIM_ARGS, "--method", "all", "--json"])
