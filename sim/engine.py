@@ -284,7 +284,7 @@ def _demand_notes(prep: Prepared, demand: Demand | None) -> list[str]:
     if demand is None:
         return notes
     if not method.uses_demand(demand.method, cfg.transplant_method):
-        if method.own_demand_optional and demand.method is not None:
+        if method.optional_demand() and demand.method is not None:
             notes.append(f"the trace holds the demand of {demand.method}, not {method.replays}: "
                          f"{cfg.method}'s closed-form demand is used")
         return notes

@@ -256,7 +256,12 @@ class Method(ABC):
         `own_demand_optional`."""
         if self.needs_demand:
             return True
-        return self.own_demand_optional and (demand_method == self.replays or transplant)
+        return self.optional_demand() and (demand_method == self.replays or transplant)
+
+    def optional_demand(self) -> bool:
+        """Whether this configured method would price its own trace (`own_demand_optional`; a method whose
+        options decide it overrides this)."""
+        return self.own_demand_optional
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Method:

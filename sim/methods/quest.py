@@ -91,6 +91,10 @@ class Quest(GroupOptionMethod):
         "pooling for accuracy (option group_consistent)",
     )
 
+    def optional_demand(self) -> bool:
+        """Only the offloaded variant recalls anything: the one that prices its own trace."""
+        return self.offload
+
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
             OpSpec("plan", ("compute",), host_sync=True, category="host"),
