@@ -87,8 +87,9 @@ def check_replay(method: Method, cfg: SimConfig, demand: Demand | None) -> None:
     raise SimInputError(
         f"--method {cfg.method}: the trace {demand.source} holds the demand of the {demand.method!r} "
         f"policy, but the {cfg.method!r} model replays {own}; record one with `dse trace --method "
-        f"{method.replays or cfg.method} ...`, or pass --transplant-method (SimConfig.transplant_method) "
-        f"to price {demand.method}'s demand with the {cfg.method} model (labelled as transplanted)"
+        f"{method.replays or cfg.method} ...`, or ask for a transplant (`dse sim --transplant-method`, "
+        f"SimConfig.transplant_method) to price {demand.method}'s demand with the {cfg.method} model "
+        f"(labelled as transplanted)"
     )
 
 
