@@ -201,6 +201,8 @@ def _first_sequence(demand: Demand) -> Demand:
         miss_ratio=demand.miss_ratio[:1],
         similarity=None if demand.similarity is None else demand.similarity[:1],
         timings_s=demand.timings_s[:1],
+        evict_ratio=None if demand.evict_ratio is None else demand.evict_ratio[:1],
+        refactorised=None if demand.refactorised is None else demand.refactorised[:1],
     )
 
 

@@ -41,6 +41,8 @@ class SimConfig:
     implementation: "as-published" (each method priced as its public code runs it, with the software
         profile's costs) or "ideal" (the same algorithm at hardware limits, no software costs).
     software_overrides: software profile fields to replace (seconds), e.g. {"stream_sync_s": 2e-5}.
+    transplant_method: replay a trace recorded by another runtime policy than the one this method
+        models (`Method.replays`); refused unless True, and labelled in every output when used.
     """
 
     model: str
@@ -61,6 +63,7 @@ class SimConfig:
     software: str = DEFAULT_SOFTWARE
     implementation: str = "as-published"
     software_overrides: dict[str, Any] = field(default_factory=dict)
+    transplant_method: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "input_tokens", "output_tokens", "page_size", "dtype_bytes"):
@@ -96,6 +99,10 @@ class SimConfig:
         if not isinstance(self.software, str) or not self.software.strip():
             raise SimInputError(
                 f"SimConfig.software must be a software profile name or path, got {self.software!r}"
+            )
+        if not isinstance(self.transplant_method, bool):
+            raise SimInputError(
+                f"SimConfig.transplant_method must be true or false, got {self.transplant_method!r}"
             )
         object.__setattr__(self, "dense_layers", tuple(sorted({int(x) for x in self.dense_layers})))
         if any(x < 0 for x in self.dense_layers):

@@ -2,9 +2,13 @@
 
 Two forms:
 - `Demand`: per source sequence, arrays (S_i, L, H) on the TARGET model's layers and KV heads:
-  `corrected` (bool), `miss_ratio` (share of the selected pages that missed the GPU cache) and, for
-  real traces, `similarity` (to recompute corrections for another tau). Built by `demand_from_trace`
-  (optionally transplanted from another model) or `sim.synthetic.synthetic_demand`.
+  `corrected` (bool), `miss_ratio` (the FETCH ratio: tokens copied host -> GPU at the step over the
+  trace's selection capacity budget - sink - window; for FreeKV exactly missed / selected pages),
+  `evict_ratio` (tokens the head's GPU cache gave up, over the same capacity), `refactorised` (bool,
+  ShadowKV's re-factorisation) and, for real traces, `similarity` (to recompute corrections for another
+  tau). `method` names the runtime policy whose demand it is (the trace's meta.runtime["method"], absent:
+  "freekv"; None for synthetic demand). Built by `demand_from_trace` (optionally transplanted from
+  another model) or `sim.synthetic.synthetic_demand`.
 - `BatchDemand`: what the engine and methods consume: per (step, layer) totals over the batch and KV
   heads for one SimConfig (context length, budget, batch), see `batch_demand`.
 
@@ -21,9 +25,16 @@ Mapping rules (documented in every output through `transplanted_from` / `synthet
   budget_tokens // page_size: source/pred.py:209). Those steps have no corrected heads, no selected and
   no missed pages, whatever the trace recorded there.
 - pages: past the budget the target selects selected_pages per head (budget of the SimConfig, context of
-  the target: input_tokens + step + 1); the missed pages are that count times the recorded miss ratio,
-  rounded to the nearest integer (where the source selected nothing, the mean ratio of the same layer
-  and head is used).
+  the target: input_tokens + step + 1); the missed pages are that count times the recorded fetch ratio,
+  rounded to the nearest integer; the fetched tokens are the target's capacity (budget - sink - window
+  tokens) times the ratio, rounded; evicted tokens likewise with the eviction ratio; re-factorised
+  heads are counted as recorded. The fetch ratio of a (step, layer, head) is fetched_tokens / the
+  trace's capacity in tokens (format-1 traces: fetched = missed pages x page size, so FreeKV's ratio is
+  missed / selected pages, its selection filling the capacity past the budget). A trace without its
+  budget, sink, window or page size falls back to missed / selected pages (where the source selected
+  nothing, the mean ratio of the same layer and head is used) and replays no evictions.
+- methods: a dropping method (StreamingLLM, H2O, SnapKV, RaaS, RazorAttention) never fetches: its
+  ratio is 0 and its evictions are what it dropped.
 - candidate pages: ceil(context / p) - sink pages - window pages (at least 0), as the runtime's store
   (freekv_runtime/kv_store.py `candidate_range`: pages [sink, cur_page - window + 1), cur_page =
   (context - 1) // p, the partial last page inside the window) and the official runtime ([ns, n_pages -
@@ -53,8 +64,12 @@ __all__ = ["Demand", "BatchDemand", "demand_from_trace", "batch_demand", "layer_
 class Demand:
     """Per-sequence demand on the target shape (L = target layers, H = target KV heads).
 
-    corrected[i]: (S_i, L, H) bool; miss_ratio[i]: (S_i, L, H) float32 in [0, 1];
+    corrected[i]: (S_i, L, H) bool; miss_ratio[i]: (S_i, L, H) float32 >= 0, the fetch ratio (module
+    docstring; at most 1 for page-recall methods, FreeKV's missed / selected pages);
     similarity[i]: (S_i, L, H) float32 (NaN where undefined) or None for synthetic demand.
+    evict_ratio[i]: (S_i, L, H) float32 >= 0, evicted tokens over the capacity; refactorised[i]: (S_i, L,
+    H) bool; both None when nothing was recorded (synthetic demand: read as zeros).
+    method: the runtime policy whose demand this is (None: synthetic, any method may replay it).
     timings_s[i]: per step measured timings (list of dicts) or empty; timing_clock per trace metadata.
     skipped_steps[i]: the first steps of source sequence i that fit the trace's budget and were left out
     (step 0 of the demand is the trace's step skipped_steps[i]); empty for synthetic demand.
@@ -73,6 +88,14 @@ class Demand:
     source_runtime: dict = field(default_factory=dict)
     skipped_steps: tuple[int, ...] = ()  # per sequence: leading trace steps within its budget, not kept
     recorded_context_tokens: int | None = None  # the longest context the trace recorded (None: synthetic)
+    method: str | None = None
+    evict_ratio: tuple[np.ndarray, ...] | None = None
+    refactorised: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def fetch_ratio(self) -> tuple[np.ndarray, ...]:
+        """The fetch ratio per sequence (S_i, L, H): `miss_ratio` under its general name."""
+        return self.miss_ratio
 
     @property
     def n_layers(self) -> int:
@@ -108,7 +131,12 @@ class BatchDemand:
     corrected_heads: (S, L) int64 corrected (sequence, head) pairs; any_corrected: (S, L) bool.
     selected_pages: (S, L) int64 selected (sequence, head, page) total.
     missed_sync: (S, L) int64 missed pages of corrected heads; missed_bg: of the other heads.
+    fetched_sync_tokens / fetched_bg_tokens: (S, L) int64 tokens copied host -> GPU for corrected heads /
+        the other heads (the fetch ratio times the target's capacity, budget - sink - window tokens).
+    evicted_tokens: (S, L) int64 tokens the GPU caches gave up; refactorised_heads: (S, L) int64
+        (sequence, head) pairs whose compressed state was rebuilt.
     dense_layer: (L,) bool, layers kept dense by the config (no demand there).
+    method: the runtime policy whose demand this is (None: synthetic or no demand).
     """
 
     context_tokens: np.ndarray
@@ -123,10 +151,26 @@ class BatchDemand:
     dense_layer: np.ndarray
     batch: int
     label: str
+    fetched_sync_tokens: np.ndarray | None = None
+    fetched_bg_tokens: np.ndarray | None = None
+    evicted_tokens: np.ndarray | None = None
+    refactorised_heads: np.ndarray | None = None
+    method: str | None = None
+
+    def __post_init__(self) -> None:  # hand-built demands (tests) get zeros for the movement fields
+        zeros = np.zeros_like(np.asarray(self.missed_sync, dtype=np.int64))
+        for name in ("fetched_sync_tokens", "fetched_bg_tokens", "evicted_tokens", "refactorised_heads"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, zeros.copy())
 
     @property
     def missed_total(self) -> np.ndarray:
         return self.missed_sync + self.missed_bg
+
+    @property
+    def fetched_tokens(self) -> np.ndarray:
+        """(S, L) int64 tokens fetched, corrected and other heads together."""
+        return self.fetched_sync_tokens + self.fetched_bg_tokens
 
 
 def layer_map(n_target: int, n_source: int, source_dense: set[int] | None = None) -> np.ndarray:
@@ -163,17 +207,25 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     lmap = layer_map(tgt.n_layers, src.n_layers, dense)
     hmap = head_map(tgt.n_kv_heads, src.n_kv_heads)
     fit_tokens = _budget_fit_tokens(meta.runtime)
+    capacity = _capacity_tokens(meta.runtime)
+    page = meta.runtime.get("page_size")
     per_seq: dict[int, dict[str, list]] = {}
     longest = 0
     for rec in reader.steps():
         longest = max(longest, int(rec.context_tokens))
         acc = per_seq.setdefault(
-            rec.sequence, {"corr": [], "sim": [], "sel": [], "miss": [], "t": [], "over": []}
+            rec.sequence,
+            {"corr": [], "sim": [], "sel": [], "miss": [], "fetch": [], "evict": [], "refac": [], "t": [],
+             "over": []},
         )
         acc["corr"].append(np.asarray(rec.corrected, dtype=bool))
         acc["sim"].append(np.asarray(rec.similarity, dtype=np.float32))
         acc["sel"].append(rec.selected_counts())
         acc["miss"].append(rec.missed_counts())
+        acc["fetch"].append(_moved(getattr(rec, "fetched_tokens", None), rec, page))
+        acc["evict"].append(_moved(getattr(rec, "evicted_tokens", None), rec, None))
+        refac = getattr(rec, "refactorised", None)
+        acc["refac"].append(np.zeros(rec.corrected.shape, bool) if refac is None else np.asarray(refac, bool))
         acc["t"].append(dict(rec.timings_s))
         acc["over"].append(fit_tokens is None or rec.context_tokens > fit_tokens)
     if not per_seq:
@@ -185,16 +237,22 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         # with none past it is replayed as recorded (its steps hold no corrections or misses then)
         per_seq = {seq: {k: [x for x, o in zip(v, acc["over"], strict=True) if o] for k, v in acc.items()}
                    for seq, acc in per_seq.items() if any(acc["over"])}
-    corrected, ratio, similarity, timings = [], [], [], []
+    corrected, ratio, similarity, timings, evict, refac = [], [], [], [], [], []
+
+    def mapped(acc: dict[str, list], key: str, dtype: type = np.float64) -> np.ndarray:
+        return np.stack(acc[key]).astype(dtype)[:, lmap][:, :, hmap]
+
     for seq in sorted(per_seq):
         acc = per_seq[seq]
-        corr = np.stack(acc["corr"])[:, lmap][:, :, hmap]
-        sim = np.stack(acc["sim"])[:, lmap][:, :, hmap]
-        sel = np.stack(acc["sel"]).astype(np.float64)[:, lmap][:, :, hmap]
-        miss = np.stack(acc["miss"]).astype(np.float64)[:, lmap][:, :, hmap]
-        corrected.append(corr)
-        ratio.append(_miss_ratio(sel, miss))
-        similarity.append(sim)
+        corrected.append(mapped(acc, "corr", bool))
+        similarity.append(mapped(acc, "sim", np.float32))
+        if capacity is None:  # no capacity recorded: the page-recall ratio missed / selected
+            ratio.append(_miss_ratio(mapped(acc, "sel"), mapped(acc, "miss")))
+        else:
+            ratio.append(_token_ratio(mapped(acc, "fetch"), capacity))
+        if capacity is not None:  # without a capacity evictions cannot be scaled: none are replayed
+            evict.append(_token_ratio(mapped(acc, "evict"), capacity))
+        refac.append(mapped(acc, "refac", bool))
         timings.append(tuple(acc["t"]))
     transplanted = src.name if tgt.name != src.name else None
     return Demand(
@@ -210,6 +268,9 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         source_runtime=dict(meta.runtime),
         skipped_steps=tuple(skipped[seq] for seq in sorted(per_seq)),
         recorded_context_tokens=longest,
+        method=str(meta.runtime.get("method") or "freekv"),
+        evict_ratio=tuple(evict) if capacity is not None else None,
+        refactorised=tuple(refac),
     )
 
 
@@ -245,6 +306,31 @@ def _budget_fit_tokens(runtime: dict) -> int | None:
     if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (p, budget)):
         return None
     return budget // p * p
+
+
+def _capacity_tokens(runtime: dict) -> int | None:
+    """The trace's selection capacity in tokens per head (budget - sink - window), or None if unknown."""
+    keys = ("page_size", "budget_tokens", "sink_tokens", "window_tokens")
+    values = [runtime.get(k) for k in keys]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in values):
+        return None
+    cap = values[1] - values[2] - values[3]
+    return cap if cap > 0 and values[0] > 0 else None
+
+
+def _moved(tokens: np.ndarray | None, rec: object, page_size: object) -> np.ndarray:
+    """(L, H) tokens a record says were moved; None: missed pages x page size when `page_size` is given
+    (format-1 traces: FreeKV's page recall), else zeros."""
+    if tokens is not None:
+        return np.asarray(tokens, dtype=np.int64)
+    if isinstance(page_size, int) and page_size > 0:
+        return rec.missed_counts().astype(np.int64) * page_size  # type: ignore[attr-defined]
+    return np.zeros(np.shape(rec.corrected), dtype=np.int64)  # type: ignore[attr-defined]
+
+
+def _token_ratio(tokens: np.ndarray, capacity_tokens: int) -> np.ndarray:
+    """(S, L, H) tokens moved over the capacity in tokens, float32 >= 0."""
+    return np.maximum(tokens / float(capacity_tokens), 0.0).astype(np.float32)
 
 
 def _miss_ratio(sel: np.ndarray, miss: np.ndarray) -> np.ndarray:
@@ -283,19 +369,18 @@ def batch_demand(
     if bad:
         raise SimInputError(f"SimConfig.dense_layers {bad} out of range for {model.name} ({n_layers} layers)")
     context, candidates, over, per_head = _context(cfg)
-    corrected_heads = np.zeros((n_steps, n_layers), dtype=np.int64)
-    missed_sync = np.zeros_like(corrected_heads)
-    missed_bg = np.zeros_like(corrected_heads)
+    names = ("corrected_heads", "missed_sync", "missed_bg", "fetched_sync_tokens", "fetched_bg_tokens",
+             "evicted_tokens", "refactorised_heads")
+    totals = {k: np.zeros((n_steps, n_layers), dtype=np.int64) for k in names}
     n_seqs = len(demand.corrected)
     rounds = -(-cfg.batch_size // n_seqs)
-    tables = {}
+    tables: dict[int, dict[str, np.ndarray]] = {}
     for b in range(cfg.batch_size):
         seq, round_ = b % n_seqs, b // n_seqs
         if seq not in tables:  # past the budget every step selects selected_pages per head
-            tables[seq] = _source_tables(_corrected(demand, seq, cfg.tau), demand.miss_ratio[seq],
-                                         cfg.selected_pages)
-        n_corr, sync_tab, bg_tab = tables[seq]
-        s_len = n_corr.shape[0]
+            tables[seq] = _source_tables(demand, seq, cfg)
+        tab = tables[seq]
+        s_len = tab["corrected_heads"].shape[0]
         if round_ == 0:
             offset = 0
         elif rng is None:
@@ -303,27 +388,25 @@ def batch_demand(
         else:
             offset = int(rng.integers(0, s_len))
         idx = ((offset + np.arange(n_steps)) % s_len)[over]  # steps within the budget: no demand
-        corrected_heads[over] += n_corr[idx]
-        missed_sync[over] += sync_tab[idx]
-        missed_bg[over] += bg_tab[idx]
+        for k in names:
+            totals[k][over] += tab[k][idx]
     dense = _dense_mask(cfg, n_layers)
     selected = np.broadcast_to(per_head[:, None] * cfg.batch_size * model.n_kv_heads, (n_steps, n_layers))
     selected = np.where(dense[None], 0, selected).astype(np.int64)
-    for arr in (corrected_heads, missed_sync, missed_bg):
+    for arr in totals.values():
         arr[:, dense] = 0
     return BatchDemand(
         context_tokens=context,
         candidate_pages=candidates,
         over_budget=over,
         selected_per_head=per_head,
-        corrected_heads=corrected_heads,
-        any_corrected=corrected_heads > 0,
+        any_corrected=totals["corrected_heads"] > 0,
         selected_pages=selected,
-        missed_sync=missed_sync,
-        missed_bg=missed_bg,
         dense_layer=dense,
         batch=cfg.batch_size,
         label=demand.label(),
+        method=demand.method,
+        **totals,
     )
 
 
@@ -371,10 +454,28 @@ def _corrected(demand: Demand, seq: int, tau: float | None) -> np.ndarray:
     return demand.corrected[seq]
 
 
-def _source_tables(corr: np.ndarray, ratio: np.ndarray, per_head: int):
-    """Per source step, at `per_head` selected pages per head: corrected heads, missed pages of corrected
-    heads and of the others (rint(ratio * per_head) summed over heads); each (S_src, L) int64."""
-    n_corr = corr.sum(axis=2).astype(np.int64)
-    missed = np.rint(ratio * np.float32(per_head)).astype(np.int64)
-    sync = np.where(corr, missed, 0).sum(axis=2)
-    return n_corr, sync, missed.sum(axis=2) - sync
+def _source_tables(demand: Demand, seq: int, cfg: SimConfig) -> dict[str, np.ndarray]:
+    """Per source step of sequence `seq`, on cfg's capacity (selected_pages per head, budget - sink -
+    window tokens): corrected heads; missed pages (rint(ratio * selected_pages)) and fetched tokens
+    (rint(ratio * capacity tokens)) of corrected heads and of the others; evicted tokens; re-factorised
+    heads. Each (S_src, L) int64, summed over heads."""
+    corr = _corrected(demand, seq, cfg.tau)
+    ratio = demand.miss_ratio[seq]
+    capacity = np.float32(cfg.selected_pages * cfg.page_size)
+    missed = np.rint(ratio * np.float32(cfg.selected_pages)).astype(np.int64)
+    fetched = np.rint(ratio * capacity).astype(np.int64)
+    missed_sync = np.where(corr, missed, 0).sum(axis=2)
+    fetched_sync = np.where(corr, fetched, 0).sum(axis=2)
+    out = {
+        "corrected_heads": corr.sum(axis=2).astype(np.int64),
+        "missed_sync": missed_sync,
+        "missed_bg": missed.sum(axis=2) - missed_sync,
+        "fetched_sync_tokens": fetched_sync,
+        "fetched_bg_tokens": fetched.sum(axis=2) - fetched_sync,
+    }
+    zeros = np.zeros(corr.shape, dtype=np.float32)
+    evict = demand.evict_ratio[seq] if demand.evict_ratio is not None else zeros
+    out["evicted_tokens"] = np.rint(evict * capacity).astype(np.int64).sum(axis=2)
+    refac = demand.refactorised[seq] if demand.refactorised is not None else zeros > 0
+    out["refactorised_heads"] = refac.sum(axis=2).astype(np.int64)
+    return out

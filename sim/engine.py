@@ -28,7 +28,8 @@ from sim.schedule import normalise_template, run_schedule, validate_template
 from sim.software import SoftwareProfile, load_software
 from traces.models import ModelSpec, UnknownModelError, get_model
 
-__all__ = ["run_simulation", "prepare", "durations_of", "Prepared", "engine_sync_s"]
+__all__ = ["run_simulation", "prepare", "durations_of", "Prepared", "engine_sync_s", "check_replay",
+           "method_transplant", "own_demand_methods"]
 
 EngineName = Literal["aggregated", "simpy"]
 
@@ -75,6 +76,48 @@ def durations_of(work: dict[str, Work]) -> dict[str, np.ndarray]:
     return out
 
 
+def check_replay(method: Method, cfg: SimConfig, demand: Demand | None) -> None:
+    """Refuse to price a trace of one runtime policy with the model of another (`Method.replays`) unless
+    cfg.transplant_method; synthetic demand (method None) and methods that ignore demand pass."""
+    if demand is None or demand.method is None or not method.needs_demand:
+        return
+    if demand.method == method.replays or cfg.transplant_method:
+        return
+    own = f"traces of the {method.replays!r} policy" if method.replays else "no trace"
+    raise SimInputError(
+        f"--method {cfg.method}: the trace {demand.source} holds the demand of the {demand.method!r} "
+        f"policy, but the {cfg.method!r} model replays {own}; record one with `dse trace --method "
+        f"{method.replays or cfg.method} ...`, or ask for a transplant (`dse sim --transplant-method`, "
+        f"SimConfig.transplant_method) to price {demand.method}'s demand with the {cfg.method} model "
+        f"(labelled as transplanted)"
+    )
+
+
+def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list[str], list[str]]:
+    """(kept, refused) of the method `names` for a trace of policy `trace_method`: kept are the methods
+    that replay that policy's traces and those whose costs need no trace; refused the others
+    (`check_replay` would refuse them). Synthetic demand (None) keeps all."""
+    from sim.methods import method_class
+
+    if trace_method is None:
+        return list(names), []
+    kept, refused = [], []
+    for name in names:
+        cls = method_class(name)
+        (kept if not cls.needs_demand or cls.replays == trace_method else refused).append(name)
+    return kept, refused
+
+
+def method_transplant(method: Method, cfg: SimConfig, demand: Demand | None) -> str | None:
+    """'demand of <trace policy> transplanted onto <method>' when `cfg` prices another policy's trace
+    with this method's model, else None."""
+    if demand is None or demand.method is None or demand.method == method.replays:
+        return None
+    if not method.uses_demand(demand.method, cfg.transplant_method):
+        return None
+    return f"demand of {demand.method} transplanted onto {cfg.method}"
+
+
 def _resolve(cfg: SimConfig) -> tuple[ModelSpec, HardwareProfile]:
     try:
         model = get_model(cfg.model)
@@ -110,8 +153,10 @@ def prepare(
             f"method {cfg.method!r} needs recall demand: pass a trace directory or --synthetic SPEC "
             "(e.g. 'correction=0.6,hit=0.8')"
         )
+    check_replay(method, cfg, demand)
     rng = np.random.default_rng(seed)
-    bd = batch_demand(demand if method.needs_demand else None, cfg, model, rng)
+    used = demand is not None and method.uses_demand(demand.method, cfg.transplant_method)
+    bd = batch_demand(demand if used else None, cfg, model, rng)
     ctx = CostContext(
         cfg=cfg,
         model=model,
@@ -216,7 +261,9 @@ def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str
     """SimResult fields that do not depend on the timing: what ran, where, on which demand."""
     cfg, ctx = prep.cfg, prep.ctx
     link = ctx.profile.link
-    used = prep.method.needs_demand and demand is not None
+    used = demand is not None and prep.method.uses_demand(demand.method, cfg.transplant_method)
+    moved = method_transplant(prep.method, cfg, demand)
+    label = ctx.demand.label + (f" ({moved})" if moved else "")
     return dict(
         method=cfg.method,
         hardware=ctx.profile.name,
@@ -224,7 +271,8 @@ def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str
         config=cfg.to_dict(),
         link_effective_gbps={"h2d": link.h2d_effective_gbps, "d2h": link.d2h_effective_gbps},
         memory=mem,
-        demand_label=ctx.demand.label if used else "none (costs do not depend on a trace)",
+        demand_label=label if used else "none (costs do not depend on a trace)",
+        transplanted_method=demand.method if moved and demand is not None else None,
         transplanted_from=demand.transplanted_from if used else None,
         synthetic=demand.synthetic if used else None,
         engine=engine,
@@ -232,14 +280,23 @@ def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str
 
 
 def _demand_notes(prep: Prepared, demand: Demand | None) -> list[str]:
-    notes = []
-    if demand is not None and demand.transplanted_from and prep.method.needs_demand:
-        notes.append(f"demand transplanted from {demand.transplanted_from} onto {prep.cfg.model}")
-    if demand is not None and demand.synthetic and prep.method.needs_demand:
+    notes: list[str] = []
+    method, cfg = prep.method, prep.cfg
+    if demand is None:
+        return notes
+    if not method.uses_demand(demand.method, cfg.transplant_method):
+        if method.optional_demand() and demand.method is not None:
+            notes.append(f"the trace holds the demand of {demand.method}, not {method.replays}: "
+                         f"{cfg.method}'s closed-form demand is used")
+        return notes
+    moved = method_transplant(method, cfg, demand)
+    if moved:
+        notes.append(moved)
+    if demand.transplanted_from:
+        notes.append(f"demand transplanted from {demand.transplanted_from} onto {cfg.model}")
+    if demand.synthetic:
         notes.append(f"synthetic demand: {demand.synthetic}")
-    if prep.method.needs_demand:
-        notes += replay_notes(demand, prep.cfg)
-    return notes
+    return notes + replay_notes(demand, cfg)
 
 
 def _out_of_memory(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str) -> SimResult:

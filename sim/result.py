@@ -58,6 +58,7 @@ class SimResult:
     transplanted_from: str | None
     synthetic: str | None
     engine: str
+    transplanted_method: str | None = None  # the trace's policy when another method's model priced it
     notes: tuple[str, ...] = ()
     oom: bool = False
     _events: list[Event] = field(default_factory=list, repr=False)
@@ -158,6 +159,7 @@ class SimResult:
                 "method": self.method, "hardware": self.hardware, "model": self.model,
                 "config": self.config, "engine": self.engine, "demand": self.demand_label,
                 "transplanted_from": self.transplanted_from, "synthetic": self.synthetic,
+                "transplanted_method": self.transplanted_method,
                 "oom": True, "oom_message": self.oom_message,
                 "per_token_latency_s": None, "prefill_s": None, "prefill_breakdown_s": {}, "decode_s": None,
                 "throughput_tokens_per_s": None, "end_to_end_tokens_per_s": None, "breakdown_s": {},
@@ -174,6 +176,7 @@ class SimResult:
             "engine": self.engine,
             "demand": self.demand_label,
             "transplanted_from": self.transplanted_from,
+            "transplanted_method": self.transplanted_method,
             "synthetic": self.synthetic,
             "oom": False,
             "oom_message": None,

@@ -1,6 +1,7 @@
 """`dse sim`: replay a trace (or synthetic demand) on a hardware profile; `dse sim calibrate`.
 
     dse sim [run] [TRACE | --synthetic SPEC] --model M --hardware H --method freekv|all ... [--json]
+        [--transplant-method]
     dse sim calibrate TRACE --hardware H [--out fitted.yaml] [--json]
     dse sim calibrate --microbench FILE --hardware H [--software S] --out DIR [--json]
 
@@ -74,7 +75,11 @@ def command() -> None:
     help="price methods as their public code runs them, or at hardware limits; default: as-published, "
     "both with --method all",
 )
-@click.option("--method", default="freekv", show_default=True, help="method name, or 'all' to compare")
+@click.option(
+    "--method",
+    default=None,
+    help="method name, or 'all' to compare [the model of the trace's own policy; without a trace freekv]",
+)
 @click.option("--batch", "batch_text", default="1", show_default=True,
               help="batch size, or a comma-separated list (1,4,16): one result per batch")
 @click.option("--input-tokens", default=600, show_default=True, type=click.IntRange(min=1))
@@ -117,6 +122,12 @@ def command() -> None:
     help="replay a stored study run's trace: the study YAML, storage URL or SQLite file (with --trial)",
 )
 @click.option("--trial", default=None, help="with --study: a trial number, 'dense' or 'untuned'")
+@click.option(
+    "--transplant-method",
+    is_flag=True,
+    help="price a trace of one runtime policy with another method's model (refused otherwise); labelled "
+    "'demand of <trace method> transplanted onto <method>' in every output",
+)
 def run_command(
     trace: Path | None,
     synthetic: str | None,
@@ -124,7 +135,7 @@ def run_command(
     hardware: str,
     software: str | None,
     implementation: str | None,
-    method: str,
+    method: str | None,
     batch_text: str,
     input_tokens: int,
     output_tokens: int,
@@ -145,12 +156,14 @@ def run_command(
     timeline_steps: str,
     study_source: str | None,
     trial: str | None,
+    transplant_method: bool,
 ) -> None:
     """Simulate METHOD on HARDWARE for MODEL, from TRACE, --study S --trial N, or --synthetic SPEC.
 
     With a TRACE, page size, budget, sink, window, tau and dense layers are the trace's unless given here
     (each override is reported with the trace's value). --study S --trial N replays the trace a stored
-    study run recorded (N: a trial number, 'dense' or 'untuned')."""
+    study run recorded (N: a trial number, 'dense' or 'untuned'). Each method replays traces of its own
+    runtime policy only; --transplant-method prices another policy's trace with it (labelled)."""
     from dse.commands import sim_inputs
     from sim import SimInputError, demand_from_trace, synthetic_demand
     from sim.methods import available_methods
@@ -215,9 +228,15 @@ def run_command(
             k.removeprefix("software."): v for k, v in sets.items() if k.startswith("software.")
         },
         method_options=_pairs(options, "--option"),
+        transplant_method=transplant_method,
     )
     if software is not None:
         base["software"] = software
+    if method is None:  # the model of the trace's own policy (the runtime's dense policy: dense)
+        from dse.objective import SIM_METHOD
+
+        own = demand.method if demand is not None else None
+        method = SIM_METHOD.get(own, own) if own else "freekv"
     mode = implementation or ("both" if method == "all" else "as-published")
     modes = ["as-published", "ideal"] if mode == "both" else [mode]
     last = output_tokens - 1
@@ -228,6 +247,16 @@ def run_command(
             f"--timeline-steps must be comma-separated integers, got {timeline_steps!r}"
         ) from None
     methods = available_methods() if method == "all" else [method]
+    if method == "all" and demand is not None and not transplant_method:
+        from sim.engine import own_demand_methods
+
+        methods, refused = own_demand_methods(methods, demand.method)
+        if refused:
+            cli_notes.append(
+                f"the trace holds the demand of {demand.method}; not replayed with the models of "
+                f"{', '.join(refused)} (each replays its own policy's trace; --transplant-method prices "
+                f"this one with them, labelled)"
+            )
     runs = [_run_batch(b, methods, modes, method, demand, base, seed, engine, steps) for b in batches]
     if csv_path is not None:
         _write_csv(csv_path, batches, runs)

@@ -132,3 +132,4 @@ def check_max_positions(model: str, input_tokens: int, output_tokens: int) -> No
             f"{spec.max_position_tokens} positions of model {spec.name!r}; give a context of at most "
             f"{spec.max_position_tokens} tokens (or a model with more positions)"
         )
+

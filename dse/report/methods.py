@@ -1,8 +1,9 @@
 """Section 4, last part: every simulated method side by side on every profile.
 
-Each method of the simulator's registry that is installed (dense, full offload, FreeKV and its
-ablations, Quest, ArkVale, ShadowKV, InfiniGen, RaaS, RazorAttention) runs at the study's workload
-with the same budget knobs and the same measured demand as the capacity grid, in both implementation
+Each method of the simulator's registry that is installed and replays the capacity run's demand (the
+methods of that run's policy, and those that need no demand: each model replays its own policy's trace,
+the others are named in the closing note) runs at the study's workload with the same budget knobs and
+the same measured demand as the capacity grid, in both implementation
 modes: the study's (`implementation:`, default as-published: each method as its public code runs it,
 with the software profile's host costs) and the other one (ideal: hardware limits), side by side.
 Accuracy is shown only where the study measured that method (the dense baseline, the trials' methods).
@@ -44,6 +45,7 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
 
 def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     from sim import load_profile
+    from sim.engine import own_demand_methods
     from sim.errors import SimInputError
     from sim.methods import available_methods, missing_methods
 
@@ -67,7 +69,10 @@ def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Bl
         if demand.synthetic:
             provenance["synthetic"].add(demand.synthetic)
         loaded = load_profile(profile)
-        for method in available_methods():
+        own, refused = own_demand_methods(available_methods(), getattr(demand.demand, "method", None))
+        for name in refused:  # each model replays its own policy's trace (sim.engine.check_replay)
+            failed[name] = f"replays its own policy's traces, not {demand.demand.method}'s"
+        for method in own:
             for mode, store in zip(modes, (results, other), strict=True):
                 cfg = sim_config(
                     data,

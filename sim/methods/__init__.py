@@ -33,6 +33,9 @@ METHODS: dict[str, str] = {
     "infinigen": "sim.methods.infinigen:InfiniGen",
     "raas": "sim.methods.raas:RaaS",
     "razorattention": "sim.methods.razorattention:RazorAttention",
+    "streamingllm": "sim.methods.streamingllm:StreamingLLM",
+    "h2o": "sim.methods.h2o:H2O",
+    "snapkv": "sim.methods.snapkv:SnapKV",
 }
 
 

@@ -85,6 +85,7 @@ class ArkVale(Method):
     issue_overhead_s: float = 0.0
 
     name: ClassVar[str] = "arkvale"
+    replays: ClassVar[str | None] = "arkvale"
     summary: ClassVar[str] = "pages backed up to host, digest scores every step, blocking recall of misses"
     sources: ClassVar[tuple[str, ...]] = (
         "Chen et al., ArkVale: Efficient Generative LLM Inference with Recallable Key-Value Eviction "
@@ -141,8 +142,10 @@ class ArkVale(Method):
         # a group's share of a page: K and V, p tokens each, gh heads of d elements per token (NHD)
         copy_bytes = 2 * p * gh * d * dt
         run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
-        # missed (sequence, KV head, page) from the trace; a group recalls a page once for its gh heads
-        copies = -(-dem.missed_total // gh)
+        # recalled (sequence, KV head, page): the trace's fetched tokens / p (ArkVale's own trace; FreeKV's
+        # missed pages x p when transplanted or synthetic); a group recalls a page once for its gh heads
+        pages = -(-dem.fetched_tokens // p)
+        copies = -(-pages // gh)
         copies = np.where(dense, 0, copies).astype(np.int64)
         select = ctx.full(cost.select_s(dem.candidate_pages))
         has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense

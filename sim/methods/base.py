@@ -54,8 +54,10 @@ category "host". Categories group operations: "select", "recall" and "host" (hos
 
 Adding a method: a module `sim/methods/<name>.py` with a `Method` subclass (a frozen dataclass whose
 fields are its knobs, read from `SimConfig.method_options` in `from_config`), registered by name in
-sim/methods/__init__.py. Document every assumption with its source in the class docstring and in
-`sources`. Reuse the cost model (`ctx.cost`) for every duration; never hard-code a time.
+sim/methods/__init__.py; set `replays` to the runtime policy whose traces it prices (a trace of another
+policy is refused unless SimConfig.transplant_method). Document every assumption with its source in the
+class docstring and in `sources`. Reuse the cost model (`ctx.cost`) for every duration; never hard-code
+a time.
 """
 
 from __future__ import annotations
@@ -242,6 +244,24 @@ class Method(ABC):
     summary: ClassVar[str]
     sources: ClassVar[tuple[str, ...]]
     needs_demand: ClassVar[bool] = True  # False: costs do not depend on a trace (e.g. dense)
+    # the runtime policy (freekv_runtime.policies.POLICIES) whose traces this model replays; None: none
+    replays: ClassVar[str | None] = None
+    # True (with needs_demand False): closed-form costs without a trace, but a trace of its own policy
+    # replaces them with what it recorded (e.g. InfiniGen's prefetched tokens)
+    own_demand_optional: ClassVar[bool] = False
+
+    def uses_demand(self, demand_method: str | None, transplant: bool = False) -> bool:
+        """Whether this method prices the demand of `demand_method` (a trace's policy; None: synthetic):
+        always when it needs demand, else only its own policy's (or a requested transplant's) when
+        `own_demand_optional`."""
+        if self.needs_demand:
+            return True
+        return self.optional_demand() and (demand_method == self.replays or transplant)
+
+    def optional_demand(self) -> bool:
+        """Whether this configured method would price its own trace (`own_demand_optional`; a method whose
+        options decide it overrides this)."""
+        return self.own_demand_optional
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Method:

@@ -71,6 +71,7 @@ class FreeKV(Method):
     staging_pages: int = 0  # head-pages per staging buffer; 0 = the selected pages of one head
 
     name: ClassVar[str] = "freekv"
+    replays: ClassVar[str | None] = "freekv"
     summary: ClassVar[str] = "speculative retrieval + fine-grained correction, HND pool, double buffers"
     sources: ClassVar[tuple[str, ...]] = _SOURCES
 

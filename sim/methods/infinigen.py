@@ -24,7 +24,9 @@ infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (doc
   layer i+1's QKV projection; layer i+1's attention waits for it.
 - Prefetch volume: the selected tokens of every (sequence, KV head), every step, with no reuse of
   what is already on the GPU. The code picks a variable count (scores above max - alpha, capped by
-  `max_num_kv`); here `budget_tokens` per KV head for a like-for-like comparison at the same budget.
+  `max_num_kv`); here `budget_tokens` per KV head for a like-for-like comparison at the same budget,
+  unless a trace of InfiniGen's own runtime policy is replayed: then the tokens it fetched per layer
+  and step (fetch ratio x budget - sink - window, sim/demand.py), as recorded.
 - Each step the new token's K and V of every offloaded layer are written back (device->host).
 
 As published (SimConfig.implementation "as-published"; "ideal" keeps the overlapped schedule above at
@@ -79,8 +81,10 @@ class InfiniGen(Method):
     run_bytes: int = 0
 
     name: ClassVar[str] = "infinigen"
+    replays: ClassVar[str | None] = "infinigen"
     summary: ClassVar[str] = "next-layer speculation with partial weights, token-granular prefetch from host"
     needs_demand: ClassVar[bool] = False
+    own_demand_optional: ClassVar[bool] = True  # its own trace's prefetched tokens replace the closed form
     sources: ClassVar[tuple[str, ...]] = (
         "Lee et al., InfiniGen: Efficient Generative Inference of LLMs with Dynamic KV Cache Management "
         "(OSDI 2024): partial query weights and partial key cache, speculation of layer i+1 at layer i, "
@@ -136,6 +140,18 @@ class InfiniGen(Method):
         out[[x for x in cfg.dense_layers if x < model.n_layers]] = False
         return out
 
+    def prefetched_tokens(self, ctx: CostContext, closed_form: np.ndarray) -> np.ndarray:
+        """(S, L) tokens prefetched per (sequence, KV head) at layer i for layer i+1: from InfiniGen's own
+        trace (its fetched tokens of layer i+1, BatchDemand.fetched_tokens, averaged over the batch's
+        heads) when given, else the closed form `closed_form` (S,) (budget_tokens, module docstring)."""
+        dem, m = ctx.demand, ctx.model
+        out = np.broadcast_to(np.asarray(closed_form, dtype=np.float64)[:, None], ctx.shape).copy()
+        if dem.method == self.replays:
+            per_head = dem.fetched_tokens / float(ctx.cfg.batch_size * m.n_kv_heads)
+            out[:, :-1] = per_head[:, 1:]
+            out[:, -1] = 0.0
+        return out
+
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
         b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
@@ -153,22 +169,24 @@ class InfiniGen(Method):
         )
         speculate = np.where(target[None, :], (spec_gemv + spec_scores)[:, None], 0.0)
         tokens = np.minimum(context, cfg.budget_tokens)
-        kv_bytes = b * m.n_kv_heads * tokens * 2 * d * dt  # (S,) K and V of the selected tokens, one layer
+        fetched = self.prefetched_tokens(ctx, tokens)  # (S, L) per (sequence, KV head), for layer i+1
+        kv_bytes = b * m.n_kv_heads * fetched * 2 * d * dt  # K and V of the selected tokens, one layer
         ones = np.ones(ctx.shape)
-        index_bytes = b * m.n_kv_heads * tokens * 4  # int32 token ids read back to the host
+        index_bytes = b * m.n_kv_heads * fetched * 4  # int32 token ids read back to the host
         readback = np.asarray(cost.copy_s(index_bytes, 1 << 40, "d2h"), dtype=np.float64)
         if self.gather == "cpu":
             host_bw = ctx.profile.host.memory_bandwidth_gbps * 1e9 * self.cpu_gather_fraction
-            gather = np.where(target[None, :], (readback + 2.0 * kv_bytes / host_bw)[:, None], 0.0)
+            gather = np.where(target[None, :], readback + 2.0 * kv_bytes / host_bw, 0.0)
             n_prefetch = np.where(target[None, :], 2, 0) * ones  # one contiguous copy for K, one for V
             per_copy = kv_bytes / 2
             prefetch_copy = np.asarray(cost.copy_s(per_copy, 1 << 40, "h2d"), dtype=np.float64)
         else:
-            gather = np.where(target[None, :], readback[:, None], 0.0)
+            gather = np.where(target[None, :], readback, 0.0)
             run = self.run_bytes or d * dt
             n_prefetch = np.where(target[None, :], b * m.n_kv_heads, 0) * ones  # one per (sequence, head)
-            per_copy = tokens * 2 * d * dt
+            per_copy = fetched * 2 * d * dt
             prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
+        n_prefetch = np.where(fetched > 0, n_prefetch, 0)
         token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
         pub = ctx.as_published
@@ -201,8 +219,8 @@ class InfiniGen(Method):
             "prefetch": Transfer(
                 direction="h2d",
                 n_copies=n_prefetch.astype(np.int64),
-                copy_s=np.broadcast_to(prefetch_copy[:, None], ctx.shape).copy(),
-                bytes_per_copy=np.broadcast_to(per_copy[:, None], ctx.shape).copy(),
+                copy_s=prefetch_copy,
+                bytes_per_copy=np.asarray(per_copy, dtype=np.float64),
                 issue_s=copy_issue,
                 issue_threads=1,
                 issuer="host" if pub else "pool",

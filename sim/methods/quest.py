@@ -17,6 +17,13 @@ arXiv 2406.10774) and its code (mit-han-lab/Quest). Assumptions (docs/methods.md
 - When a page fills, its min/max summary is computed by a small kernel.
 - The Quest paper keeps the first two layers dense; here dense layers come from `SimConfig.dense_layers`
   (same for every method, for a like-for-like comparison).
+- Offloaded variant (`offload=True`; not in Quest's code, which keeps everything on the GPU): the KV of
+  sparse layers lives in host memory, the GPU keeps the page summaries and a budget cache per KV head,
+  and after top-k the selected pages missing from that cache are recalled synchronously (one copy of K
+  and V, p tokens of one head, per page; attention waits). Pages recalled: from Quest's own trace,
+  its fetched tokens / p per layer and step (BatchDemand.fetched_tokens); without one, every selected
+  page every step (no reuse, the closed form). No public code runs it, so both modes issue its copies
+  at the profile's `link.copy_issue_s` on `host.issue_threads` threads.
 
 As published (SimConfig.implementation "as-published"; "ideal" charges none of this). Quest's
 end-to-end framework is HF Transformers' Llama in eager PyTorch with Quest's kernels called from Python
@@ -48,7 +55,8 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
+from sim.errors import SimInputError
+from sim.methods.base import CostContext, Dep, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.eager import EXT_HF_FFN, EXT_KERNEL, HF_OUT_PROJ
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
@@ -61,10 +69,18 @@ class Quest(GroupOptionMethod):
     """Quest (module docstring). group_consistent: one page set per KV head instead of per query head."""
 
     group_consistent: bool = False
+    offload: bool = False
 
     name: ClassVar[str] = "quest"
+    replays: ClassVar[str | None] = "quest"
     summary: ClassVar[str] = "all KV on GPU, min/max page scores every step, per-query-head top-k"
     needs_demand: ClassVar[bool] = False
+    own_demand_optional: ClassVar[bool] = True  # the offloaded variant recalls what its trace fetched
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.offload, bool):
+            raise SimInputError(f"method_options.offload must be true or false, got {self.offload!r}")
     sources: ClassVar[tuple[str, ...]] = (
         "Tang et al., Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference (ICML 2024, "
         "arXiv 2406.10774), Sec. 3 (criticality estimation from per-page min/max keys, top-k pages)",
@@ -75,13 +91,19 @@ class Quest(GroupOptionMethod):
         "pooling for accuracy (option group_consistent)",
     )
 
+    def optional_demand(self) -> bool:
+        """Only the offloaded variant recalls anything: the one that prices its own trace."""
+        return self.offload
+
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
             OpSpec("plan", ("compute",), host_sync=True, category="host"),
             OpSpec("qkv", ("compute",)),
             OpSpec("summary", ("compute",), category="other"),
             OpSpec("select", ("compute",), category="select"),
-            OpSpec("attention", ("compute",)),
+            *((OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),)
+              if self.offload else ()),
+            OpSpec("attention", ("compute",), (Dep("recall"),) if self.offload else ()),
             OpSpec("out_proj", ("compute",)),
             OpSpec("ffn", ("compute",)),
             OpSpec("lm_head", ("compute",), host_sync=True),
@@ -127,7 +149,9 @@ class Quest(GroupOptionMethod):
             host_s=np.where(plan_at[None, :], host_s(ctx, HostOps(torch_ops=3, readbacks=3)), 0.0)
             * np.ones(ctx.shape),
         )
+        recall = {"recall": self.recall(ctx)} if self.offload else {}
         return {
+            **recall,
             "plan": plan,
             "qkv": Kernel(
                 ctx.full(cost.qkv_s()),
@@ -151,14 +175,40 @@ class Quest(GroupOptionMethod):
             ),
         }
 
+    def recall(self, ctx: CostContext) -> Transfer:
+        """The offloaded variant's synchronous recall (module docstring): one copy per recalled (sequence,
+        KV head, page), K and V of p tokens of one head."""
+        cfg, dem, m, link = ctx.cfg, ctx.demand, ctx.model, ctx.profile.link
+        p = cfg.page_size
+        if dem.method == self.replays:
+            pages = -(-dem.fetched_tokens // p)
+        else:  # every selected page of every page set, every step past the budget
+            pages = ctx.full(dem.selected_per_head * cfg.batch_size * self.sets_per_layer(m))
+        pages = np.where(dem.dense_layer[None, :], 0, pages).astype(np.int64)
+        copy_bytes = 2 * p * m.head_dim * cfg.dtype_bytes
+        return Transfer(
+            direction="h2d",
+            n_copies=pages,
+            copy_s=float(ctx.cost.copy_s(copy_bytes, copy_bytes, "h2d")),
+            bytes_per_copy=copy_bytes,
+            issue_s=link.copy_issue_s,
+            issue_threads=ctx.profile.host.issue_threads,
+        )
+
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
-        """Full KV of every layer on GPU, plus min/max summaries (2*d per page and KV head) when sparse."""
+        """Full KV of every layer on GPU, plus min/max summaries (2*d per page and KV head) when sparse.
+        Offloaded: sparse layers keep a budget cache per page set on the GPU and all their KV on the host."""
         ctx_tokens = cfg.max_context_tokens
         n_sparse = model.n_layers - len([x for x in cfg.dense_layers if x < model.n_layers])
         pages = -(-ctx_tokens // cfg.page_size)
         summaries = n_sparse * pages * model.n_kv_heads * 2 * model.head_dim * cfg.dtype_bytes
-        return MemoryNeed(
-            gpu_fixed_bytes=0,
-            gpu_per_seq_bytes=int(ctx_tokens * model.kv_bytes_per_token(cfg.dtype_bytes) + summaries),
-            host_per_seq_bytes=0,
-        )
+        per_token = model.kv_bytes_per_token(cfg.dtype_bytes)
+        if not self.offload:
+            return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(ctx_tokens * per_token + summaries),
+                              host_per_seq_bytes=0)
+        per_layer = per_token / model.n_layers  # K and V of one token, every KV head, one layer
+        cache = min(cfg.budget_tokens, ctx_tokens) * 2 * model.head_dim * cfg.dtype_bytes
+        dense_kv = (model.n_layers - n_sparse) * ctx_tokens * per_layer
+        gpu = n_sparse * self.sets_per_layer(model) * cache + dense_kv
+        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu + summaries),
+                          host_per_seq_bytes=int(n_sparse * ctx_tokens * per_layer))

@@ -33,8 +33,8 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Work
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
+from sim.methods.dropping import budget_attention_s, budget_memory, kept_tokens, layer_template, layer_work
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -53,6 +53,7 @@ class RaaS(GroupOptionMethod):
     group_consistent: bool = True
 
     name: ClassVar[str] = "raas"
+    replays: ClassVar[str | None] = "raas"
     summary: ClassVar[str] = "budgeted KV on GPU, timestamp-based page eviction, no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
@@ -63,28 +64,17 @@ class RaaS(GroupOptionMethod):
     )
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("attention", ("compute",)),
+        return layer_template(
             OpSpec("stamp", ("compute",), category="select"),
             OpSpec("evict", ("compute",), category="select"),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
         )
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
-        dense = dem.dense_layer[None, :]
         sets = self.sets_per_layer(m)
         context = dem.context_tokens.astype(np.float64)
-        kept = np.minimum(context, cfg.budget_tokens)
-        attn = cost.kernel_s(
-            4.0 * b * m.n_qo_heads * kept * d,
-            b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
-            1,
-        )
+        kept = kept_tokens(ctx)
         kept_pages = np.ceil(kept / p)
         # page scores of the retained pages from their min/max (2*d per page), timestamps written
         stamp = cost.kernel_s(
@@ -94,33 +84,13 @@ class RaaS(GroupOptionMethod):
         )
         full = (context > cfg.budget_tokens) & ((dem.context_tokens % p) == 0)
         evict = np.where(full, cost.kernel_s(0.0, b * sets * kept_pages * 8, 1), 0.0)
-        host = decoder_host_s(ctx, "hf", RAAS_ATTENTION)
-        if host:
-            sw = ctx.software
-            host["stamp"] = np.where(dense, 0.0, ctx.full(RAAS_STAMP.seconds(sw)))
-            host["evict"] = np.where(dense, 0.0, np.where(ctx.full(evict) > 0, RAAS_EVICT.seconds(sw), 0.0))
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(
-                np.where(dense, ctx.full(cost.attention_s(dem.context_tokens)), ctx.full(attn))
-            ),
-            "stamp": Kernel(np.where(dense, 0.0, ctx.full(stamp))),
-            "evict": Kernel(np.where(dense, 0.0, ctx.full(evict))),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, host)
+        own = {"stamp": stamp, "evict": evict}
+        return layer_work(ctx, budget_attention_s(ctx, sets), RAAS_ATTENTION, own,
+                          {"stamp": RAAS_STAMP, "evict": RAAS_EVICT})
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """GPU: budget tokens (+ page min/max, timestamps) per retained set on sparse layers, whole KV on
         dense layers. Nothing on the host."""
-        d, dt = model.head_dim, cfg.dtype_bytes
-        ctx_tokens = cfg.max_context_tokens
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
-        kept = min(cfg.budget_tokens, ctx_tokens)
-        pages = -(-kept // cfg.page_size)
-        per_set = kept * 2 * d * dt + pages * (2 * d * dt + 8)
-        dense_bytes = n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
-        gpu = n_sparse * self.sets_per_layer(model) * per_set + dense_bytes
-        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu), host_per_seq_bytes=0)
+        pages = -(-min(cfg.budget_tokens, cfg.max_context_tokens) // cfg.page_size)
+        per_page = 2 * model.head_dim * cfg.dtype_bytes + 8
+        return budget_memory(cfg, model, self.sets_per_layer(model), pages * per_page)

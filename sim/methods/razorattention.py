@@ -50,6 +50,7 @@ class RazorAttention(Method):
     retrieval_fraction: float = 0.15
 
     name: ClassVar[str] = "razorattention"
+    replays: ClassVar[str | None] = "razorattention"
     summary: ClassVar[str] = "retrieval heads keep full KV, other heads sink + window (static drop)"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (

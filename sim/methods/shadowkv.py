@@ -91,6 +91,7 @@ class ShadowKV(Method):
     svd_flops_fraction: float = 0.01
 
     name: ClassVar[str] = "shadowkv"
+    replays: ClassVar[str | None] = "shadowkv"
     summary: ClassVar[str] = "low-rank keys on GPU, values on host, sparse chunk fetch + key rebuild"
     sources: ClassVar[tuple[str, ...]] = (
         "Sun et al., ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference "
@@ -152,6 +153,38 @@ class ShadowKV(Method):
         interval = self.interval(cfg)
         return cfg.output_tokens if interval is None else min(interval, cfg.output_tokens)
 
+    def svd_schedule(self, ctx: CostContext) -> tuple[np.ndarray, np.ndarray]:
+        """(S, L) share of the batch's SVD run at each layer-step, and (S, L) generated tokens since the
+        last SVD (inclusive). From a ShadowKV trace that recorded re-factorisations
+        (BatchDemand.refactorised_heads): the share of (sequence, KV head) pairs it re-factorised there;
+        otherwise the options' schedule (`interval`: the whole batch every N tokens, or never)."""
+        dem, cfg, m = ctx.demand, ctx.cfg, ctx.model
+        n_steps = ctx.shape[0]
+        steps = np.arange(n_steps, dtype=np.float64)
+        if dem.method == self.replays and dem.refactorised_heads.any():
+            share = np.minimum(1.0, dem.refactorised_heads / float(cfg.batch_size * m.n_kv_heads))
+        else:
+            interval = self.interval(cfg)
+            share = np.zeros(ctx.shape)
+            if interval is None:
+                return share, np.broadcast_to(steps[:, None] + 1.0, ctx.shape).copy()
+            share[((steps + 1) % interval == 0)] = 1.0
+        since = np.empty(ctx.shape)
+        count = np.zeros(ctx.shape[1])
+        for s in range(n_steps):  # tokens since the last SVD (it offloads them and starts over)
+            count += 1.0
+            since[s] = count
+            count = np.where(share[s] > 0, 0.0, count)
+        return share, since
+
+    @staticmethod
+    def _offload_copy_s(ctx: CostContext, run_bytes: np.ndarray) -> np.ndarray:
+        """(S, L) seconds of one copy of `run_bytes` (one contiguous run each; 0 where none)."""
+        out = np.zeros(run_bytes.shape)
+        for size in np.unique(run_bytes[run_bytes > 0]):
+            out[run_bytes == size] = float(ctx.cost.copy_s(size, int(size), "d2h"))
+        return out
+
     def svd_s(self, ctx: CostContext, rows: np.ndarray) -> np.ndarray:
         """Time of the batch's SVDs of (rows x n_kv*d) fp32 key matrices plus the rank-r refit of U."""
         m, cfg = ctx.model, ctx.cfg
@@ -176,8 +209,9 @@ class ShadowKV(Method):
         chunks = np.maximum(0.0, np.floor((context - cfg.sink_tokens - cfg.window_tokens) / c))
         sel_bytes = b * m.n_kv_heads * chunks * d * dt + 3 * b * m.n_qo_heads * chunks * 4
         select = np.where(chunks > 0, cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, 4), 0.0)
-        # misses: the trace's missed (sequence, head, page) count times p tokens -> chunks of c tokens
-        missed_tokens = np.where(dense, 0, dem.missed_total * cfg.page_size).astype(np.float64)
+        # misses: the value tokens the trace fetched (its own policy's, or FreeKV's missed pages x p) ->
+        # chunks of c tokens
+        missed_tokens = np.where(dense, 0, dem.fetched_tokens).astype(np.float64)
         fetch_bytes = missed_tokens * d * dt  # values only
         run = c * d * dt
         link = ctx.profile.link
@@ -189,21 +223,15 @@ class ShadowKV(Method):
         )
         rebuild = np.where(missed_tokens > 0, rebuild, 0.0)
         outliers = outlier_chunks(cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
-        interval = self.interval(cfg)
-        steps = np.arange(ctx.shape[0])
-        # generated tokens attended in full: all of them (no re-SVD), else those since the last SVD
-        generated = np.maximum(0.0, context - cfg.input_tokens)
-        if interval is not None:
-            generated = np.minimum(generated, (steps % interval) + 1.0)
-        attended = np.minimum(context, cfg.budget_tokens + outliers * c + generated)
-        tokens = np.where(dense, context[:, None], attended[:, None])
-        if interval is None:
-            svd_now = np.zeros(ctx.shape, dtype=bool)
-            interval = cfg.output_tokens
-        else:
-            svd_now = ((steps + 1) % interval == 0)[:, None] & ~dense
-        svd = np.where(svd_now, self.svd_s(ctx, context)[:, None], 0.0)
-        new_values = interval * d * dt  # per (sequence, KV head): the interval's values, one contiguous run
+        svd_share, since = self.svd_schedule(ctx)
+        # generated tokens attended in full: those since the last SVD (all of them without a re-SVD)
+        generated = np.minimum(np.maximum(0.0, context - cfg.input_tokens)[:, None], since)
+        attended = np.minimum(context[:, None], cfg.budget_tokens + outliers * c + generated)
+        tokens = np.where(dense, context[:, None], attended)
+        svd_now = (svd_share > 0) & ~dense
+        svd = np.where(svd_now, svd_share * self.svd_s(ctx, context)[:, None], 0.0)
+        # per (sequence, KV head) at an SVD: the values of the tokens since the last one, one contiguous run
+        new_values = since * d * dt
         sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
         return {
             "qkv": Kernel(
@@ -214,7 +242,7 @@ class ShadowKV(Method):
             "svd_offload": Transfer(
                 direction="d2h",
                 n_copies=np.where(svd_now, b * m.n_kv_heads, 0).astype(np.int64),
-                copy_s=float(cost.copy_s(new_values, new_values, "d2h")),
+                copy_s=self._offload_copy_s(ctx, np.where(svd_now, new_values, 0.0)),
                 bytes_per_copy=new_values,
                 issue_s=link.copy_issue_s,
                 issue_threads=1,

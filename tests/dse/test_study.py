@@ -169,8 +169,8 @@ def test_objective_of_an_out_of_memory_profile_is_refused_not_invented(tmp_path:
 
 
 def test_search_space_selection_design_and_methods() -> None:
-    """group_pooling / page_summary are searched like tau; a runtime policy without a simulator model is
-    refused with that reason."""
+    """group_pooling / page_summary are searched like tau; every runtime policy with a simulator model is
+    searchable (the dropping ones included), an unknown name is refused."""
     from dse.search_space import SearchSpace
     from dse.study import SearchSection
 
@@ -182,5 +182,7 @@ def test_search_space_selection_design_and_methods() -> None:
     assert space.grid()["group_pooling"] == ["softmax_mean", "mean"]
     with pytest.raises(ValueError, match="group_pooling needs values among softmax_mean"):
         SearchSection(group_pooling=["avgSM"])
-    with pytest.raises(ValueError, match="h2o run in the runtime .* no simulator model yet"):
-        SearchSection(method=["h2o"])
+    # the dropping policies have simulator models now (sim/methods/streamingllm.py, h2o.py, snapkv.py)
+    assert SearchSection(method=["h2o", "snapkv", "streamingllm"]).method == ["h2o", "snapkv", "streamingllm"]
+    with pytest.raises(ValueError, match="unknown method"):
+        SearchSection(method=["no-such-method"])

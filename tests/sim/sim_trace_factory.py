@@ -28,9 +28,11 @@ def make_trace(
     dense_layers: tuple[int, ...] = (0,),
     clock: str = "wall",
     timings: bool = False,
+    method: str = "freekv",
 ) -> Path:
     """Write a FreeKV trace: per step, layer and head a similarity, corrected = similarity < tau, the
-    selected pages (the budget's worth) and a random subset of them as missed."""
+    selected pages (the budget's worth) and a random subset of them as missed. `method`: the runtime
+    policy the metadata names (meta.runtime["method"])."""
     rng = np.random.default_rng(seed)
     model = get_model("smollm2-135m")
     L, H = model.n_layers, model.n_kv_heads
@@ -38,7 +40,7 @@ def make_trace(
     meta = RunMetadata(
         model=model,
         runtime={
-            "method": "freekv",
+            "method": method,
             "page_size": page_size,
             "budget_tokens": budget_tokens,
             "sink_tokens": sink_tokens,

@@ -40,12 +40,17 @@ def _assert_equal(template, work, sync_s, engines, record) -> None:
         assert agg.link_busy_s[d] == pytest.approx(fine.link_busy_s[d], rel=1e-9, abs=1e-15)
 
 
-@pytest.mark.parametrize("method", available_methods())
-def test_aggregated_equals_fine_grained(method: str, demand) -> None:
+# method variants whose template differs from the default's: (method, method_options)
+VARIANTS = [(m, {}) for m in available_methods()] + [("quest", {"offload": True})]
+
+
+@pytest.mark.parametrize(("method", "options"), VARIANTS, ids=lambda v: str(v) if v else "")
+def test_aggregated_equals_fine_grained(method: str, options: dict, demand) -> None:
     cfg = SimConfig(
         model=MODEL,
         hardware="a100-40g-pcie4",
         method=method,
+        method_options=options,
         batch_size=2,
         input_tokens=1300,
         output_tokens=3,

@@ -1,4 +1,5 @@
-"""Peer methods (Quest, ArkVale, ShadowKV, InfiniGen, RaaS, RazorAttention): properties of their designs.
+"""Peer methods (Quest, ArkVale, ShadowKV, InfiniGen and the dropping RaaS, RazorAttention, StreamingLLM,
+H2O, SnapKV): properties of their designs.
 
 Each test states a consequence of the method's design (docs/methods.md) and checks the simulator shows
 it on synthetic demand; the last tests check every peer against the fine-grained SimPy engine.
@@ -16,9 +17,11 @@ from sim.errors import SimInputError
 from sim.methods import METHODS, available_methods, method_class
 from sim.synthetic import synthetic_demand
 
-PEERS = ("quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention")
+PEERS = (
+    "quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention", "streamingllm", "h2o", "snapkv"
+)
 OFFLOADING = ("arkvale", "shadowkv", "infinigen")
-ON_GPU = ("quest", "raas", "razorattention")
+ON_GPU = ("quest", "raas", "razorattention", "streamingllm", "h2o", "snapkv")
 MODEL = "llama-3.1-8b"
 
 

@@ -1,0 +1,123 @@
+"""Shared pieces of the dropping methods' models (StreamingLLM, H2O, SnapKV, RaaS): a budgeted GPU cache.
+
+A dropping method keeps at most `budget_tokens` tokens (sink and window included, the budget convention)
+per retained set on every sparse layer, all on the GPU; what it drops is gone for good: no host memory,
+no link traffic, no recall. The runtime policies (freekv_runtime/policies/_dropping.py) keep exactly
+min(context, budget_tokens) tokens per KV head (per query head when not group-consistent). Dense layers
+keep and attend the whole context. The helpers here price that cache: the attention over it (a fused
+flash-style kernel, or the public codes' eager attention), its bytes, and the per-step eviction of one
+token once the budget is full. Each method adds its own scoring on top (H2O's accumulated attention,
+RaaS's timestamps, SnapKV's prefill votes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.methods.base import CostContext, Kernel, MemoryNeed, OpSpec, Work
+from sim.methods.dense import DENSE_LAYER_OPS
+from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.host_costs import HostOps
+from traces.models import ModelSpec
+
+__all__ = ["kept_tokens", "budget_attention_s", "eager_attention_s", "budget_memory", "layer_split",
+           "attended_tokens", "layer_template", "layer_work"]
+
+
+def layer_template(*own: OpSpec) -> tuple[OpSpec, ...]:
+    """One decoder layer on the GPU: qkv, attention, the method's own ops `own` (scoring, eviction), then
+    out_proj, ffn and the LM head (dense's layer when `own` is empty)."""
+    return (*DENSE_LAYER_OPS[:2], *own, *DENSE_LAYER_OPS[2:])
+
+
+def layer_work(
+    ctx: CostContext,
+    attention_s: np.ndarray,
+    attention_host: HostOps,
+    own_s: dict[str, np.ndarray] | None = None,
+    own_host: dict[str, HostOps] | None = None,
+) -> dict[str, Work]:
+    """Work of `layer_template`: the shared decoder ops, attention `attention_s` (S, L), and each own op's
+    seconds (scalar, (S,) or (S, L)), zero on dense layers. As published: a stock HF eager decoder whose
+    attention recipe is `attention_host`, plus each own op's HostOps wherever that op does work."""
+    cost, dense = ctx.cost, ctx.demand.dense_layer[None, :]
+    own = {op: np.where(dense, 0.0, ctx.full(seconds)) for op, seconds in (own_s or {}).items()}
+    host = decoder_host_s(ctx, "hf", attention_host)
+    if host:
+        for op, ops in (own_host or {}).items():
+            host[op] = np.where(own[op] > 0, ops.seconds(ctx.software), 0.0)
+    return with_host({
+        "qkv": Kernel(ctx.full(cost.qkv_s())),
+        "attention": Kernel(np.asarray(attention_s, dtype=np.float64)),
+        **{op: Kernel(seconds) for op, seconds in own.items()},
+        "out_proj": Kernel(ctx.full(cost.out_proj_s())),
+        "ffn": Kernel(ctx.full(cost.ffn_s())),
+        "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+    }, host)
+
+
+def kept_tokens(ctx: CostContext) -> np.ndarray:
+    """(S,) float64 tokens kept (and attended) per retained set at each step: min(context, budget)."""
+    return np.minimum(ctx.demand.context_tokens, ctx.cfg.budget_tokens).astype(np.float64)
+
+
+def attended_tokens(ctx: CostContext) -> np.ndarray:
+    """(S, L) float64 tokens attended per set: the kept ones on sparse layers, the context on dense ones."""
+    context = ctx.demand.context_tokens.astype(np.float64)
+    return np.where(ctx.demand.dense_layer[None, :], context[:, None], kept_tokens(ctx)[:, None])
+
+
+def budget_attention_s(ctx: CostContext, sets: int) -> np.ndarray:
+    """(S, L) fused decode attention: sparse layers over the kept tokens of `sets` retained sets per
+    sequence and layer (each read once: KV heads if group-consistent, else query heads), dense layers
+    over the whole context (sim.cost_model.attention_s)."""
+    cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
+    b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+    kept = kept_tokens(ctx)
+    sparse = cost.kernel_s(
+        4.0 * b * m.n_qo_heads * kept * d,
+        b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
+        1,
+    )
+    dense = ctx.demand.dense_layer[None, :]
+    return np.where(dense, ctx.full(cost.attention_s(ctx.demand.context_tokens)), ctx.full(sparse))
+
+
+def eager_attention_s(ctx: CostContext, tokens: np.ndarray, sets: int) -> np.ndarray:
+    """GPU seconds of an eager HF attention over `tokens` (any shape, e.g. (S, L)) per set, as the public
+    StreamingLLM and H2O codes run it (mit-han-lab/streaming-llm streaming_llm/pos_shift/modify_llama.py
+    107-131; FMInference/H2O h2o_hf/utils_real_drop/modify_llama.py 484-511): repeat_kv copies K and V
+    to every query head (2 kernels: read `sets` sets, write n_qo), QK^T matmul writing the scores,
+    scale, mask add, fp32 softmax and its cast back (4 passes over the scores, fp32), PV matmul
+    reading the scores and the repeated V: 8 kernels."""
+    cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
+    b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+    tokens = np.asarray(tokens, dtype=np.float64)
+    kv = tokens * 2 * d * dt  # K and V of one head
+    repeat = b * (sets + m.n_qo_heads) * kv
+    scores = b * m.n_qo_heads * tokens * 4
+    matmuls = b * m.n_qo_heads * kv + 2 * scores
+    flops = 4.0 * b * m.n_qo_heads * tokens * d
+    return cost.kernel_s(flops, repeat + matmuls + 4 * 2 * scores, 8)
+
+
+def layer_split(cfg: SimConfig, model: ModelSpec) -> tuple[int, int]:
+    """(sparse layers, dense layers) of the config on the model."""
+    n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
+    return model.n_layers - n_dense, n_dense
+
+
+def budget_memory(
+    cfg: SimConfig, model: ModelSpec, sets: int, extra_per_set_bytes: float = 0.0
+) -> MemoryNeed:
+    """GPU bytes per sequence: min(context, budget) tokens of K and V (+ `extra_per_set_bytes` of the
+    method's own state) per retained set on sparse layers, the whole context on dense layers; no host."""
+    d, dt = model.head_dim, cfg.dtype_bytes
+    ctx_tokens = cfg.max_context_tokens
+    n_sparse, n_dense = layer_split(cfg, model)
+    kept = min(cfg.budget_tokens, ctx_tokens)
+    per_set = kept * 2 * d * dt + extra_per_set_bytes
+    dense_bytes = n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
+    gpu = n_sparse * sets * per_set + dense_bytes
+    return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(round(gpu)), host_per_seq_bytes=0)
