@@ -131,7 +131,8 @@ def test_untuned_baselines_per_method(tmp_path: Path) -> None:
                   "window_tokens: 32}, raas: {alpha: 0.05, budget_tokens: 1088}}")
     configs = untuned_configs(study.baselines)
     assert configs["untuned_freekv"].budget_tokens == 128 and configs["untuned_freekv"].tau == 0.9
-    assert configs["untuned_raas"].options == {"alpha": 0.05} and configs["untuned_raas"].budget_tokens == 1088
+    raas = configs["untuned_raas"]
+    assert raas.options == {"alpha": 0.05} and raas.budget_tokens == 1088
     assert method_kind("raas") == "dropping" and method_kind("freekv") == "retrieval"
     assert method_kind("full") == "dense"
 
@@ -139,12 +140,15 @@ def test_untuned_baselines_per_method(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sets", "expect"),
     [
-        (["search.knobs.raas.alpa=[0.01]"], r"--set search.knobs.raas.alpa=\[0.01\], search\.knobs\.raas\.alpa: extra\.alpa is not a raas "
-                                            r"knob: valid keys are \['alpha', 'group'\]"),
-        (["search.knobs.raas.alpha=[2.0]"], r"search\.knobs\.raas\.alpha: extra\.alpha of raas must be a number"),
+        (["search.knobs.raas.alpa=[0.01]"],
+         r"--set search.knobs.raas.alpa=\[0.01\], search\.knobs\.raas\.alpa: extra\.alpa is not a raas "
+         r"knob: valid keys are \['alpha', 'group'\]"),
+        (["search.knobs.raas.alpha=[2.0]"],
+         r"search\.knobs\.raas\.alpha: extra\.alpha of raas must be a number"),
         (["search.knobs.raas.tau=[0.5]"], r"search\.knobs\.raas\.tau: raas does not read RuntimeConfig\.tau"),
-        (["search.knobs.raas.budget_tokens=[64]"], r"search\.knobs\.raas\.budget_tokens: budget_tokens is "
-                                                   r"shared by every method: give it as search\.budget_tokens"),
+        (["search.knobs.raas.budget_tokens=[64]"],
+         r"search\.knobs\.raas\.budget_tokens: budget_tokens is shared by every method: give it as "
+         r"search\.budget_tokens"),
         (["search.method=[freekv]"], r"search\.knobs\.raas: 'raas' is not in search\.method"),
         (["search.tau=[0.5]"], r"search\.knobs\.freekv\.tau: FreeKV's tau is also given as search\.tau"),
         (["search.knobs.freekv.tau=[1.5]"], r"search\.knobs\.freekv\.tau: tau is a cosine-similarity"),
@@ -171,7 +175,8 @@ def test_errors_point_at_the_line_of_the_key(tmp_path: Path) -> None:
         _load(tmp_path, text=text)
     line = next(i for i, row in enumerate(text.splitlines(), 1) if "median" in row)
     assert f"line {line}, search.knobs.raas.group: extra.group of raas must be" in str(exc.value)
-    assert knob_problem("raas", "alpha", 0.5) is None and knob_problem("freekv", "group_pooling", "max") is None
+    assert knob_problem("raas", "alpha", 0.5) is None
+    assert knob_problem("freekv", "group_pooling", "max") is None
 
 
 def test_a_conditional_sweep_resumes_in_its_storage(tmp_path: Path) -> None:
