@@ -1,7 +1,8 @@
 """`dse sim --study STUDY --trial N`: a stored study run's trace as the demand of `dse sim`.
 
 STUDY is what `dse report` takes (a study YAML, an Optuna storage URL or an SQLite file); --trial is a
-trial number, or `dense` / `untuned` / `untuned_<method>` for the baselines. The run's first task's trace is replayed (its
+trial number, or `dense` / `untuned` / `untuned_<method>` for the
+baselines. The run's first task's trace is replayed (its
 page size, budget, sink, window, tau and dense layers come from the trace's metadata, as for any TRACE).
 Equivalent to passing the trace directory itself: `dse sim runs/smoke/trials/00003/passkey/trace ...`
 (the path is printed with the result).
@@ -37,7 +38,7 @@ def study_trace(source: str, trial: str, study_name: str | None = None) -> Path:
             number = int(key)
         except ValueError:
             raise DseError(
-                f"--trial {trial!r}: give a trial number, 'dense', 'untuned' (FreeKV's) or "
+                f"--trial {trial!r}: give a trial number, 'dense' or 'untuned' (FreeKV's), or "
                 f"'untuned_<method>' ({', '.join(others) or 'none in this study'})"
             ) from None
         found = {t.number: t for t in results.trials}
