@@ -1,9 +1,9 @@
 """`dse sim --study STUDY --trial N`: a stored study run's trace as the demand of `dse sim`.
 
 STUDY is what `dse report` takes (a study YAML, an Optuna storage URL or an SQLite file); --trial is a
-trial number, or `dense` / `untuned` / `untuned_<method>` for the
-baselines. The run's first task's trace is replayed (its
-page size, budget, sink, window, tau and dense layers come from the trace's metadata, as for any TRACE).
+trial number, or `dense` / `untuned` / `untuned_<method>` for the baselines. The run's first task's
+trace is replayed (its page size, budget, sink, window, tau and dense layers come from the trace's
+metadata, as for any TRACE).
 Equivalent to passing the trace directory itself: `dse sim runs/smoke/trials/00003/passkey/trace ...`
 (the path is printed with the result).
 """
