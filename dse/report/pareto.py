@@ -158,7 +158,10 @@ def _importance_blocks(data: ReportData) -> list[Block]:
     parameters (dse/search_space.py), so the guard needs no Optuna; Optuna is opened only to compute."""
     res = data.results
     complete = [t for t in res.completed if t.values is not None and t.duplicate_of is None]
-    varied = sorted(k for k in CONFIG_KEYS if len({repr(t.config.get(k)) for t in complete}) > 1)
+    # a method's own knob (tau: FreeKV only) is no parameter of the other methods' trials: PED-ANOVA ranks
+    # the parameters every trial drew
+    varied = sorted(k for k in CONFIG_KEYS if len({repr(t.config.get(k)) for t in complete}) > 1
+                    and all(t.config.get(k) is not None for t in complete))
     if len(complete) < _MIN_IMPORTANCE_TRIALS or not varied:
         return [
             NoteBlock(
