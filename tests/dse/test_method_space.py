@@ -241,3 +241,36 @@ def test_shipped_methods_study_names_every_method_and_validates_with_those_insta
     ])
     assert SearchSpace(study.search).n_valid() and set(untuned_configs(study.baselines)) == {
         f"untuned_{m}" for m in runnable}
+
+
+@pytest.mark.slow
+def test_a_sweep_over_two_methods_traces_and_replays_each_with_its_own_method(tmp_path: Path) -> None:
+    """End to end with the real runtime and simulator: every trial's trace was recorded by its own
+    method with its own knobs, and replayed with the simulator model of the same name."""
+    import subprocess
+    import sys
+
+    from dse.results import load_results
+    from traces.reader import open_trace
+
+    text = (STUDY.replace("context_tokens: 256", "context_tokens: 128").replace("trials: 8", "trials: 3")
+            .replace("budget_tokens: [128]", "budget_tokens: [96]")
+            .replace("page_size: [16, 32]", "page_size: [16]")
+            .replace("untuned: [raas]", "untuned: {raas: {page_size: 16, budget_tokens: 96, sink_tokens: 32, "
+                     "window_tokens: 32}}\n  untuned_freekv: null"))
+    path = _write(tmp_path, text)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--set", f"out_dir={out}", "--no-progress",
+           "--set", "sampler={name: random, seed: 3}"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = load_results(f"sqlite:///{out / 'study.db'}", "methods")
+    runs = [*results.completed, *results.untuned_methods]
+    assert [b.name for b in results.untuned_methods] == ["untuned_raas"] and len(results.completed) == 3
+    for r in runs:
+        method = r.config["method"]
+        meta = open_trace(Path(r.trace_dir)).meta
+        assert meta.runtime["method"] == method
+        assert meta.runtime.get("extra", {}) == (r.config.get("options") or {})
+        assert {res["method"] for res in r.sim.values()} == {method}
+        assert r.sim["a100-40g-pcie4"]["transplanted_from"] is None  # measured model = replayed model
