@@ -61,6 +61,15 @@ def method_comparison_blocks(data: ReportData) -> list[Block]:
     colors = {m: _COLORS[i % len(_COLORS)] for i, m in enumerate(methods)}
     blocks: list[Block] = [_figure(data, p, methods, colors) for p in data.profiles]
     blocks.append(_table(data, methods))
+    traceless = sorted({_method(r) for r in data.runs() if _method(r) in methods and any(
+        str(res.get("demand", "")).startswith("none") for res in r.sim.values())})
+    if traceless:
+        blocks.append(NoteBlock(
+            f"The simulator model of {', '.join(traceless)} prices no trace (its costs do not depend on "
+            "what the run attended or moved: SimResult demand 'none'): its latency is the same for every "
+            "run of that method at equal shared knobs; its accuracy is still each run's own.",
+            kind="info",
+        ))
     mixed = _foreign_replays(data)
     if mixed:
         blocks.append(NoteBlock(

@@ -105,6 +105,15 @@ def test_a_run_priced_with_another_methods_model_is_flagged() -> None:
     assert notes and "trial 4 on a (freekv for raas)" in notes[0]
 
 
+def test_a_method_whose_model_prices_no_trace_is_said_so() -> None:
+    raas = _trial(4, "raas", 0.5, {"a": 0.01, "b": 0.01})
+    raas = TrialResult(**{**raas.__dict__, "sim": {p: {**res, "demand": "none (costs do not depend on a "
+                                                        "trace)"} for p, res in raas.sim.items()}})
+    blocks = method_comparison_blocks(make_report_data(_results([*TRIALS[:2], raas])))
+    notes = [b.text for b in blocks if isinstance(b, NoteBlock)]
+    assert len(notes) == 1 and notes[0].startswith("The simulator model of raas prices no trace")
+
+
 def test_a_single_method_study_keeps_its_report_as_before() -> None:
     data = make_report_data(_results(TRIALS[:2]))
     assert compared_methods(data) == ["freekv"] and method_comparison_blocks(data) == []
