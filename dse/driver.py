@@ -47,7 +47,7 @@ from dse.heartbeat import Heartbeat
 from dse.measurements import MeasurementStore, exclusive, measurement_key
 from dse.objective import Evaluation, OutOfMemory, constraint_values, evaluate, objective_values
 from dse.preflight import check_before_compute
-from dse.search_space import SearchSpace, TrialConfig
+from dse.search_space import SearchSpace, TrialConfig, untuned_configs
 from dse.study import Study
 from dse.sweep_storage import (
     counts_toward_budget,
@@ -153,7 +153,10 @@ class Sweep:
         d = self.study.model_dump(mode="json")
         keep = ("model", "tasks", "search", "objectives", "constraints", "workload", "hardware",
                 "target_model", "extra_replay_models", "seed", "dtype")
-        return {k: d[k] for k in keep}
+        out = {k: d[k] for k in keep}
+        if not out["search"].get("knobs"):  # studies stored before per-method knobs had no such key
+            out["search"] = {k: v for k, v in out["search"].items() if k != "knobs"}
+        return out
 
     def _check_same_study(self, directions: list[str]) -> None:
         attrs = self.ostudy.user_attrs
@@ -224,13 +227,14 @@ class Sweep:
     # -- baselines -----------------------------------------------------------------------------------
 
     def ensure_baselines(self, echo: Any = print) -> None:
-        """Measure dense attention and untuned FreeKV once (study user attributes, keyed by what they
-        measure): under a file lock, so that a second sweep started at the same moment waits and reuses."""
+        """Measure dense attention and the untuned baselines (FreeKV's, then baselines.untuned: user
+        attributes "untuned_<method>") once, keyed by what they measure: under a file lock, so that a
+        second sweep started at the same moment waits and reuses."""
         b = self.study.baselines
         if b.dense or self.study.constraints.min_accuracy_ratio is not None:
             self._baseline("dense", None, echo)
-        if b.untuned_freekv is not None:
-            self._baseline("untuned_freekv", TrialConfig.from_dict(b.untuned_freekv.model_dump()), echo)
+        for name, knobs in untuned_configs(b).items():  # untuned FreeKV, then baselines.untuned
+            self._baseline(name, knobs, echo)
 
     def _baseline(self, name: str, knobs: TrialConfig | None, echo: Any) -> None:
         key = measurement_key(self.study, knobs)
@@ -241,7 +245,7 @@ class Sweep:
                 return  # another sweep measured it while this one waited
             ev = self.measurements.load(key)
             if ev is None:
-                label = "dense attention" if knobs is None else "untuned FreeKV"
+                label = "dense attention" if knobs is None else f"untuned {knobs.method}"
                 echo(f"measuring {label} (once per study) ...")
                 with Heartbeat(echo, label) as beat:
                     ev = evaluate(self.study, knobs, self.out_dir / "baselines" / f"{name}-{key[:8]}",

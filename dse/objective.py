@@ -1,8 +1,10 @@
 """Evaluate ONE retrieval configuration of a study: measure accuracy, replay the trace, score it.
 
-`evaluate(study, knobs, out_dir)` runs the real runtime (`freekv_runtime.api.run_trace`) on every task
-of the study (measured accuracy, one trace per task), then replays the first task's trace with the
-simulator on every hardware profile and replayed model (simulated latency, throughput, memory fit),
+`evaluate(study, knobs, out_dir)` runs the real runtime (`freekv_runtime.api.run_trace`) with the
+configuration's method and knobs on every task of the study (measured accuracy, one trace per task, of
+that method's own demand), then replays the first task's trace with the same-named simulator model
+(never another method's demand) on every hardware profile and replayed model (simulated latency,
+throughput, memory fit; a replayed model other than the measured one is a labelled shape transplant),
 plus the capacity grid (workload.batch_sizes x workload.context_lengths) on the target model.
 `objective_values` and `constraint_values` turn an `Evaluation` into what Optuna optimises.
 Nothing here knows about Optuna storage; the driver (dse/driver.py) does.
@@ -62,10 +64,13 @@ def _runtime_config(study: Study, knobs: TrialConfig | None) -> Any:
     dense_layers = tuple(study.search.dense_layers)
     if knobs is None:  # dense attention: the knobs are unused by the full policy
         return RuntimeConfig(method=DENSE, dense_layers=dense_layers)
+    # tau, group_pooling, page_summary: None where the method does not read them (RuntimeConfig default)
+    design = {k: getattr(knobs, k) for k in ("tau", "group_pooling", "page_summary")
+              if getattr(knobs, k) is not None}
     return RuntimeConfig(
         method=knobs.method, page_size=knobs.page_size, budget_tokens=knobs.budget_tokens,
-        sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens, tau=knobs.tau,
-        group_pooling=knobs.group_pooling, page_summary=knobs.page_summary, dense_layers=dense_layers,
+        sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens, dense_layers=dense_layers,
+        extra=dict(knobs.options), **design,
     )
 
 
@@ -135,6 +140,7 @@ def replay(
 ) -> tuple[dict[str, dict[str, dict]], list[dict]]:
     """Simulate the trace on every (replayed model, hardware profile) at the study's workload
     (batch_sizes[0]), and the capacity grid on the target model. Returns (sim_models, sim_grid)."""
+    from dse.method_knobs import sim_options
     from sim import SimConfig, demand_from_trace, run_simulation
 
     method = DENSE if knobs is None else knobs.method
@@ -142,7 +148,7 @@ def replay(
     if knobs is not None:
         knob_args = dict(
             page_size=knobs.page_size, budget_tokens=knobs.budget_tokens, sink_tokens=knobs.sink_tokens,
-            window_tokens=knobs.window_tokens,
+            window_tokens=knobs.window_tokens, method_options=sim_options(method, knobs.options),
         )
     w = study.workload
 

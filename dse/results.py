@@ -10,6 +10,7 @@ rows, so that report code never touches Optuna itself.
     res.pareto()             # feasible, non-dominated COMPLETE trials under the study's objectives
     res.rows()               # list[dict]: one flat row per COMPLETE trial (see `TrialResult.row`)
     res.dense, res.untuned_freekv   # BaselineResult | None
+    res.untuned_methods             # untuned baselines of other methods (baselines.untuned)
 
 Latency and throughput are *simulated* (per hardware profile and replayed model); accuracy is
 *measured* by the real runtime. `transplanted_from` inside a sim dict says when a trace taken on one
@@ -185,6 +186,7 @@ class StudyResults:
     trials: tuple[TrialResult, ...]
     dense: BaselineResult | None
     untuned_freekv: BaselineResult | None
+    untuned_methods: tuple[BaselineResult, ...] = ()  # "untuned_<method>" of baselines.untuned, study order
 
     @property
     def completed(self) -> list[TrialResult]:
@@ -344,7 +346,15 @@ def load_results(storage_url: str, study_name: str | None = None) -> StudyResult
         trials=trials,
         dense=_baseline("dense", attrs.get("dense"), target_model),
         untuned_freekv=_baseline("untuned_freekv", attrs.get("untuned_freekv"), target_model),
+        untuned_methods=_untuned_methods(attrs, config, target_model),
     )
+
+
+def _untuned_methods(attrs: dict, config: dict, target_model: str | None) -> tuple[BaselineResult, ...]:
+    """The stored "untuned_<method>" baselines (other than FreeKV's) the study names, in its order."""
+    names = [f"untuned_{m}" for m in ((config.get("baselines") or {}).get("untuned") or {}) if m != "freekv"]
+    found = (_baseline(name, attrs.get(name), target_model) for name in names)
+    return tuple(b for b in found if b is not None)
 
 
 def to_json(results: StudyResults) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "Sampler",
     "Baselines",
     "Knobs",
+    "KnobRange",
     "load_study_file",
     "study_from_dict",
     "ACCURACY_METRICS",
@@ -61,7 +62,8 @@ ACCURACY_METRICS: dict[str, tuple[str, bool]] = {
 TASK_NAMES = tuple(dict.fromkeys(task for task, _ in ACCURACY_METRICS.values()))
 
 SEARCH_KNOBS = ("method", "tau", "page_size", "budget_tokens", "sink_tokens", "window_tokens",
-                "group_pooling", "page_summary")
+                "group_pooling", "page_summary", "knobs")
+FREEKV_TOP_LEVEL = ("tau", "group_pooling", "page_summary")  # search.<knob>: FreeKV's knob, as before
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -119,6 +121,33 @@ class TauRange(_Strict):
         return self
 
 
+class KnobRange(_Strict):
+    """A method knob searched over a float range (Optuna suggest_float); with `step` discrete."""
+
+    low: float
+    high: float
+    step: Annotated[float, Field(gt=0)] | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KnobRange:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError("log: true needs low > 0 and no step")
+        return self
+
+    def values(self) -> list[float] | None:
+        """The discrete values (step given), else None (a continuous range)."""
+        if self.step is None:
+            return None
+        n = int(round((self.high - self.low) / self.step))
+        return [round(self.low + i * self.step, 6) for i in range(n + 1)]
+
+
+KnobValues = KnobRange | list[Any]
+
+
 def _positive_list(v: list[int], name: str, allow_zero: bool = False) -> list[int]:
     if not v:
         raise ValueError(f"{name} needs at least one value")
@@ -141,6 +170,17 @@ class SearchSection(_Strict):
     dense_layers: list[int] = Field(default_factory=lambda: [0])
     group_pooling: list[str] = Field(default_factory=lambda: ["softmax_mean"])
     page_summary: list[str] = Field(default_factory=lambda: ["minmax"])
+    # method -> {knob: values}: searched only in trials of that method (conditional space)
+    knobs: dict[str, dict[str, KnobValues]] = Field(default_factory=dict)
+
+    def method_space(self, method: str) -> dict[str, KnobValues | TauRange]:
+        """The knobs searched for `method`: FreeKV's tau, group_pooling and page_summary (from
+        search.knobs.freekv, else the top-level keys, as before per-method knobs), then knobs.<method>."""
+        own: dict[str, KnobValues | TauRange] = dict(self.knobs.get(method, {}))
+        if method != "freekv":
+            return own
+        top: dict[str, KnobValues | TauRange] = {k: getattr(self, k) for k in FREEKV_TOP_LEVEL}
+        return {**top, **own}
 
     @field_validator("group_pooling", "page_summary")
     @classmethod
@@ -344,8 +384,25 @@ class Knobs(_Strict):
 
 
 class Baselines(_Strict):
+    """dense: dense attention; untuned_freekv: FreeKV at fixed knobs; untuned: other methods at their
+    untuned defaults, a list of method names or {method: {knob: value}} (shared knobs page_size,
+    budget_tokens, sink_tokens, window_tokens and the method's own knobs; unnamed ones keep their
+    defaults). untuned.freekv replaces untuned_freekv."""
+
     dense: bool = True
     untuned_freekv: Knobs | None = Field(default_factory=Knobs)
+    untuned: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("untuned", mode="before")
+    @classmethod
+    def _untuned_list(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            if not all(isinstance(m, str) for m in v):
+                raise ValueError(f"a list of method names, or a mapping method -> knobs; got {v!r}")
+            return {m: {} for m in v}
+        if isinstance(v, dict):
+            return {m: ({} if knobs is None else knobs) for m, knobs in v.items()}
+        return v
 
 
 class Study(_Strict):
@@ -490,9 +547,18 @@ class Study(_Strict):
                     f"search.dense_layers[{i}]: layer {layer} does not exist; model {spec.name!r} has "
                     f"{spec.n_layers} layers (0-{spec.n_layers - 1})"
                 )
-        tau = self.search.tau
-        if self.sampler.name == "grid" and isinstance(tau, TauRange) and tau.step is None:
-            raise ValueError("sampler.name: grid needs discrete tau: give search.tau as a list or tau.step")
+        from dse.method_knobs import check_search_knobs, check_untuned
+
+        check_search_knobs(self.search)
+        check_untuned(self.baselines)
+        if self.sampler.name == "grid":
+            for method in self.search.method:
+                for knob, values in self.search.method_space(method).items():
+                    if isinstance(values, TauRange | KnobRange) and values.step is None:
+                        where = f"search.knobs.{method}.{knob}" if knob in self.search.knobs.get(method, {}) \
+                            else f"search.{knob}"
+                        raise ValueError(f"{where}: sampler.name grid needs discrete {knob}: give a list or "
+                                         "a step")
         return self
 
     @property

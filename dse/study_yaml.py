@@ -178,12 +178,12 @@ def format_validation_error(exc: ValidationError, source: str, marks: Marks, mod
 
 
 _TYPE_MISMATCH = {"list_type", "dict_type", "model_type", "model_attributes_type"}
-_PATH_RE = re.compile(r"^([a-z_]+(?:\.[a-z_]+|\[\d+\])*): ")
+_PATH_RE = re.compile(r"^([a-z_][a-z0-9_-]*(?:\.[a-z_][a-z0-9_-]*|\[\d+\])*): ")
 
 
 def _parse_path(text: str) -> Path_:
     out: list[str | int] = []
-    for name, index in re.findall(r"([a-z_]+)|\[(\d+)\]", text):
+    for name, index in re.findall(r"([a-z_][a-z0-9_-]*)|\[(\d+)\]", text):
         out.append(int(index) if index else name)
     return tuple(out)
 

@@ -1,8 +1,9 @@
 """`dse sim --study STUDY --trial N`: a stored study run's trace as the demand of `dse sim`.
 
 STUDY is what `dse report` takes (a study YAML, an Optuna storage URL or an SQLite file); --trial is a
-trial number, or `dense` / `untuned` for the baselines. The run's first task's trace is replayed (its
-page size, budget, sink, window, tau and dense layers come from the trace's metadata, as for any TRACE).
+trial number, or `dense` / `untuned` / `untuned_<method>` for the baselines. The run's first task's
+trace is replayed (its page size, budget, sink, window, tau and dense layers come from the trace's
+metadata, as for any TRACE).
 Equivalent to passing the trace directory itself: `dse sim runs/smoke/trials/00003/passkey/trace ...`
 (the path is printed with the result).
 """
@@ -26,8 +27,9 @@ def study_trace(source: str, trial: str, study_name: str | None = None) -> Path:
     storage_url, name = study_location(source, study_name)
     results = load_results(storage_url, name)
     key = trial.strip().lower()
-    if key in _BASELINES:
-        run = results.dense if _BASELINES[key] == "dense" else results.untuned_freekv
+    others = {b.name: b for b in results.untuned_methods}  # untuned_<method> of baselines.untuned
+    if key in _BASELINES or key in others:
+        run = others.get(key) or (results.dense if _BASELINES[key] == "dense" else results.untuned_freekv)
         if run is None:
             raise DseError(f"--trial {trial}: study {results.study_name!r} has no {key} baseline")
         trace_dir, label = run.trace_dir, f"the {key} baseline"
@@ -36,7 +38,8 @@ def study_trace(source: str, trial: str, study_name: str | None = None) -> Path:
             number = int(key)
         except ValueError:
             raise DseError(
-                f"--trial {trial!r}: give a trial number, 'dense' or 'untuned'"
+                f"--trial {trial!r}: give a trial number, 'dense' or 'untuned' (FreeKV's), or "
+                f"'untuned_<method>' ({', '.join(others) or 'none in this study'})"
             ) from None
         found = {t.number: t for t in results.trials}
         if number not in found:

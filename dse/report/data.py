@@ -21,14 +21,16 @@ _BASELINE_LABELS = {"dense": "dense", "untuned_freekv": "untuned FreeKV"}
 
 
 def run_label(run: Run) -> str:
-    """'trial 12', 'dense' or 'untuned FreeKV'."""
+    """'trial 12', 'dense', 'untuned FreeKV' or 'untuned h2o'."""
     if isinstance(run, TrialResult):
         return f"trial {run.number}"
+    if run.name.startswith("untuned_") and run.name not in _BASELINE_LABELS:
+        return f"untuned {run.name.removeprefix('untuned_')}"
     return _BASELINE_LABELS.get(run.name, run.name)
 
 
 def describe_config(config: dict[str, Any]) -> str:
-    """Short config text, e.g. 'freekv tau=0.9 p=32 B=2048 S=512 W=512'."""
+    """Short config text, e.g. 'freekv tau=0.9 p=32 B=2048 S=512 W=512' (method knobs appended)."""
     parts = [str(config.get("method", "?"))]
     for key, short in (
         ("tau", "tau"),
@@ -39,6 +41,7 @@ def describe_config(config: dict[str, Any]) -> str:
     ):
         if config.get(key) is not None:
             parts.append(f"{short}={config[key]}")
+    parts.extend(f"{k}={v}" for k, v in sorted((config.get("options") or {}).items()))
     return " ".join(parts)
 
 
@@ -73,7 +76,8 @@ class ReportData:
         return self.results.untuned_freekv
 
     def baselines(self) -> list[BaselineResult]:
-        return [r for r in (self.dense, self.untuned) if r is not None]
+        """Dense, untuned FreeKV, then the other methods' untuned baselines (baselines.untuned)."""
+        return [*(r for r in (self.dense, self.untuned) if r is not None), *self.results.untuned_methods]
 
     def accuracy(self, run: Run) -> float | None:
         value = run.accuracy.get(self.accuracy_metric)
@@ -121,7 +125,8 @@ def make_report_data(
             f"study {results.study_name!r} in {results.storage_url!r} has no complete trial with "
             "simulated results; run `dse sweep` on it until at least one trial completes"
         )
-    runs: list[Run] = [*(r for r in (results.dense, results.untuned_freekv) if r is not None), *trials]
+    runs: list[Run] = [*(r for r in (results.dense, results.untuned_freekv) if r is not None),
+                       *results.untuned_methods, *trials]
     profiles = tuple(results.hardware) or tuple(dict.fromkeys(p for r in runs for p in r.sim))
     profiles = tuple(p for p in profiles if any(p in r.sim for r in runs))
     metric = metric or _accuracy_metric(results, runs)

@@ -1,7 +1,8 @@
 """Section 1: which configurations keep accuracy and minimise latency.
 
 Pareto fronts of measured accuracy vs simulated per-token latency, one figure per hardware profile,
-with the dense and untuned-FreeKV baselines marked; Optuna parameter importances per objective; tau
+with the dense and untuned baselines marked; the methods compared side by side when the study has
+several (dse/report/compare.py); Optuna parameter importances per objective; tau
 vs measured correction rate vs simulated latency.
 """
 
@@ -13,6 +14,7 @@ import warnings
 import plotly.graph_objects as go
 
 from dse.report.colors import add_slo_vline
+from dse.report.compare import method_comparison_blocks
 from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock, Section
 from dse.report.provenance import Provenance, pricing_sources, study_pricing, transplant_sources
@@ -53,6 +55,7 @@ def _error_bars(data: ReportData, runs: list[Run]) -> dict:
 
 def pareto_section(data: ReportData) -> Section:
     blocks: list[Block] = [_pareto_figure(data, p) for p in data.profiles]
+    blocks.extend(method_comparison_blocks(data))  # two or more methods: side by side, own traces
     blocks.extend(uncertainty_blocks(data))
     blocks.extend(_importance_blocks(data))
     blocks.append(_tau_figure(data))
@@ -103,7 +106,9 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
             hovertemplate="front: %{text}<extra></extra>",
         )
     )
-    for run, symbol, color in ((data.dense, "star", "#d62728"), (data.untuned, "diamond", "#ff7f0e")):
+    marked = ((data.dense, "star", "#d62728"), (data.untuned, "diamond", "#ff7f0e"),
+              *((b, "diamond-open", "#ff7f0e") for b in data.results.untuned_methods))
+    for run, symbol, color in marked:
         if run is not None and run.latency_s(profile) is not None and data.accuracy(run) is not None:
             fig.add_trace(
                 go.Scatter(
@@ -130,7 +135,7 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
         yaxis_title=f"{data.accuracy_metric} (measured)",
         legend={"orientation": "h", "y": -0.2},
     )
-    used = [r for r in [*runs, data.dense, data.untuned] if r is not None and profile in r.sim]
+    used = [r for r in [*runs, *data.baselines()] if profile in r.sim]
     return FigureBlock(
         title=f"Pareto front on {profile}",
         figure=fig,
@@ -153,7 +158,10 @@ def _importance_blocks(data: ReportData) -> list[Block]:
     parameters (dse/search_space.py), so the guard needs no Optuna; Optuna is opened only to compute."""
     res = data.results
     complete = [t for t in res.completed if t.values is not None and t.duplicate_of is None]
-    varied = sorted(k for k in CONFIG_KEYS if len({repr(t.config.get(k)) for t in complete}) > 1)
+    # a method's own knob (tau: FreeKV only) is no parameter of the other methods' trials: PED-ANOVA ranks
+    # the parameters every trial drew
+    varied = sorted(k for k in CONFIG_KEYS if len({repr(t.config.get(k)) for t in complete}) > 1
+                    and all(t.config.get(k) is not None for t in complete))
     if len(complete) < _MIN_IMPORTANCE_TRIALS or not varied:
         return [
             NoteBlock(

@@ -135,4 +135,5 @@ def resimulate(results: StudyResults, overrides: Overrides, seed: int = 0) -> St
         trials=tuple(redo(t) if t.state == "COMPLETE" else t for t in staged.trials),
         dense=None if staged.dense is None else redo(staged.dense),
         untuned_freekv=None if staged.untuned_freekv is None else redo(staged.untuned_freekv),
+        untuned_methods=tuple(redo(b) for b in staged.untuned_methods),
     )

@@ -118,9 +118,13 @@ def sim_config(
 ) -> Any:
     """A SimConfig for `config`'s knobs on `profile` (method overrides config's method; implementation
     overrides the study's `implementation`, default as-published)."""
+    from dse.method_knobs import sim_options
     from sim import SimConfig
 
     knobs = {k: int(config[k]) for k in KNOB_KEYS if config.get(k) is not None}
+    target = method or sim_method(config)
+    # the run's own method: the knobs its simulator model also takes (another method takes none of them)
+    options = sim_options(target, dict(config.get("options") or {})) if target == sim_method(config) else {}
     dense_layers = tuple((data.results.config.get("search") or {}).get("dense_layers", ()) or ())
     study = data.results.config
     pricing = {k: study[k] for k in ("implementation", "software") if study.get(k)}
@@ -129,12 +133,13 @@ def sim_config(
     return SimConfig(
         model=data.model,
         hardware=profile,
-        method=method or sim_method(config),
+        method=target,
         batch_size=batch_size,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         tau=None,
         dense_layers=dense_layers,
+        method_options=options,
         **pricing,
         **knobs,
     )

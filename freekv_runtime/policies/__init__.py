@@ -6,7 +6,7 @@ import importlib
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 
-__all__ = ["POLICIES", "make_policy"]
+__all__ = ["POLICIES", "KIND", "make_policy"]
 
 # name -> "module:class"; imported on demand.
 POLICIES: dict[str, str] = {
@@ -18,6 +18,22 @@ POLICIES: dict[str, str] = {
     "snapkv": "freekv_runtime.policies.snapkv:SnapKVPolicy",
     "raas": "freekv_runtime.policies.raas:RaaSPolicy",
     "infinigen": "freekv_runtime.policies.infinigen:InfiniGenPolicy",
+}
+
+# name -> "retrieval" (the whole KV stays reachable on the host, a subset is attended), "dropping"
+# (evicted tokens are gone) or "dense"; one line per method, names that are not registered yet included.
+KIND: dict[str, str] = {
+    "full": "dense",
+    "freekv": "retrieval",
+    "quest": "retrieval",
+    "arkvale": "retrieval",
+    "shadowkv": "retrieval",
+    "infinigen": "retrieval",
+    "streamingllm": "dropping",
+    "h2o": "dropping",
+    "snapkv": "dropping",
+    "raas": "dropping",
+    "razorattention": "dropping",
 }
 
 
