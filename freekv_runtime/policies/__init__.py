@@ -17,6 +17,7 @@ POLICIES: dict[str, str] = {
     "h2o": "freekv_runtime.policies.h2o:H2OPolicy",
     "snapkv": "freekv_runtime.policies.snapkv:SnapKVPolicy",
     "raas": "freekv_runtime.policies.raas:RaaSPolicy",
+    "razorattention": "freekv_runtime.policies.razorattention:RazorAttentionPolicy",
 }
 
 
