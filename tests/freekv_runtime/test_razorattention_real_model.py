@@ -10,8 +10,8 @@ import pytest
 
 from dse.cli import main
 
-COMMON = ["--method", "razorattention", "--context-tokens", "1024", "--page-size", "16", "--sink-tokens", "32",
-          "--window-tokens", "32", "--device", "cpu"]
+COMMON = ["--method", "razorattention", "--context-tokens", "1024", "--page-size", "16",
+          "--sink-tokens", "32", "--window-tokens", "32", "--device", "cpu"]
 FIDELITY = ["--task", "fidelity", "--samples", "1", "--decode-tokens", "16"]
 
 
@@ -33,5 +33,6 @@ def test_passkey_runs_and_budget_and_compensation_move_fidelity(tmp_path) -> Non
         # retrieval heads attend the whole context: the mean lies between the budget and the context
         assert budget < s["attended_tokens_per_sparse_head_step"] < 1024 + 16
     assert kl[512] < kl[128], kl  # a larger budget keeps more of dense attention
-    plain = _trace(tmp_path, "f128none", [*FIDELITY, "--budget-tokens", "128", "--option", "compensation=none"])
+    plain = _trace(tmp_path, "f128none",
+                   [*FIDELITY, "--budget-tokens", "128", "--option", "compensation=none"])
     assert plain["accuracy"]["mean_kl"] != kl[128]  # the compensation token changes the outputs
