@@ -17,6 +17,8 @@ POLICIES: dict[str, str] = {
     "h2o": "freekv_runtime.policies.h2o:H2OPolicy",
     "snapkv": "freekv_runtime.policies.snapkv:SnapKVPolicy",
     "raas": "freekv_runtime.policies.raas:RaaSPolicy",
+    "razorattention": "freekv_runtime.policies.razorattention:RazorAttentionPolicy",
+    # retrieval methods (the whole KV stays reachable on the host, a subset is attended)
     "infinigen": "freekv_runtime.policies.infinigen:InfiniGenPolicy",
 }
 

@@ -47,17 +47,28 @@ _EMPTY = np.zeros(0, dtype=np.int32)
 _PROMPT_CHUNK = 256  # prompt queries per block when the prompt's attention probabilities are needed
 
 
-def masked_decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                  keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
+                  extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """One query over the kept tokens. q (b, Hq, 1, d); keys, values (b, Hkv, N, d); keep (b, Hkv, N)
-    bool -> (out (b, Hq, 1, d) in q's dtype, probs (b, Hkv, G, N) float32, 0 on dropped tokens)."""
+    bool -> (out (b, Hq, 1, d) in q's dtype, probs (b, Hkv, G, N) float32, 0 on dropped tokens).
+    extra: one more token per KV head outside the cache, (key, value (b, Hkv, d), logit bias (b, Hkv)
+    float, -inf where a head has none), attended in the same softmax (RazorAttention's compensation
+    token); probs then leave its probability out."""
     b, hq, _, d = q.shape
     hkv = keys.shape[1]
     qg = q.float().reshape(b, hkv, hq // hkv, d)
     scores = qg @ keys.float().transpose(-1, -2) / math.sqrt(d)  # (b, Hkv, G, N)
-    probs = torch.softmax(scores.masked_fill(~keep[:, :, None], float("-inf")), dim=-1)
-    out = probs @ values.float()  # (b, Hkv, G, d)
-    return out.reshape(b, hq, 1, d).to(q.dtype), probs
+    scores = scores.masked_fill(~keep[:, :, None], float("-inf"))
+    if extra is None:
+        probs = torch.softmax(scores, dim=-1)
+        out = probs @ values.float()  # (b, Hkv, G, d)
+        return out.reshape(b, hq, 1, d).to(q.dtype), probs
+    extra_k, extra_v, bias = extra
+    extra_score = (qg @ extra_k.float()[..., None])[..., 0] / math.sqrt(d) + bias[:, :, None]  # (b, Hkv, G)
+    probs = torch.softmax(torch.cat([scores, extra_score[..., None]], dim=-1), dim=-1)
+    out = probs[..., :-1] @ values.float() + probs[..., -1:] * extra_v.float()[:, :, None]
+    return out.reshape(b, hq, 1, d).to(q.dtype), probs[..., :-1]
 
 
 def prompt_attention(q: torch.Tensor, keys: torch.Tensor, first_query: int = 0) -> torch.Tensor:
@@ -106,7 +117,7 @@ class DroppingState(PolicyState):
     """Per-request state of a dropping policy for a batch of b equal-length sequences.
 
     cache: every layer's K/V; keep[l]: (b, Hkv, N) bool, the tokens layer l still holds (None for dense
-    layers). Subclasses implement `_evict` and may override `_after_prefill` and `_observe`."""
+    layers). Subclasses implement `_evict` and may override `_after_prefill`, `_observe` and `_attend`."""
 
     needs_prompt_probs = False  # subclasses that score the prompt from its attention set this
 
@@ -132,6 +143,13 @@ class DroppingState(PolicyState):
 
     def _observe(self, layer: int, probs: torch.Tensor, keep: torch.Tensor) -> None:
         """After a sparse layer's attention: probs (b, Hkv, G, N) over the kept tokens."""
+
+    def _attend(self, layer: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A sparse layer's attention over its kept tokens -> (out (b, Hq, 1, d), probs (b, Hkv, G, N),
+        tokens attended per KV head (b, Hkv)). RazorAttention adds its compensation token here."""
+        out, probs = masked_decode(q, keys, values, keep)
+        return out, probs, keep.sum(-1)
 
     # ---- PolicyState ----
     def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -164,13 +182,13 @@ class DroppingState(PolicyState):
         self.log.moved(layer, evicted_tokens=(held - keep.sum(-1)).cpu().numpy())
         self.keep[layer] = keep
         with self.timer.op("attention"):
-            out, probs = masked_decode(q, keys, values, keep)
+            out, probs, attended = self._attend(layer, q, keys, values, keep)
         self._observe(layer, probs, keep)
         mass = None
         if self.config.measure_attention_mass:
             dense_probs = masked_decode(q, keys, values, torch.ones_like(keep))[1]
             mass = (dense_probs * keep[:, :, None]).sum(-1).mean(-1).cpu().numpy()
-        self.log.attended(layer, keep.sum(-1).cpu().numpy().astype(np.int32), mass)
+        self.log.attended(layer, attended.cpu().numpy().astype(np.int32), mass)
         return out
 
     def end_step(self) -> StepDecisions:

@@ -80,6 +80,7 @@ class ModelAccess(Protocol):
     `freekv_runtime.model.ModelAdapter` implements it."""
 
     shape: AttentionShape
+    vocab_size: int  # token ids are 0 .. vocab_size - 1 (RazorAttention's random probe tokens)
 
     @property
     def device(self) -> torch.device: ...
