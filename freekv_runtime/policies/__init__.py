@@ -17,6 +17,8 @@ POLICIES: dict[str, str] = {
     "h2o": "freekv_runtime.policies.h2o:H2OPolicy",
     "snapkv": "freekv_runtime.policies.snapkv:SnapKVPolicy",
     "raas": "freekv_runtime.policies.raas:RaaSPolicy",
+    # retrieval with low-rank keys on the device and values on the host (see freekv_runtime.policies.shadowkv)
+    "shadowkv": "freekv_runtime.policies.shadowkv:ShadowKVPolicy",
 }
 
 
