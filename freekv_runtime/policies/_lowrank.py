@@ -41,8 +41,8 @@ class LowRankKeys:
     @classmethod
     def factorise(cls, keys_pre: torch.Tensor, max_rank: int) -> LowRankKeys:
         """keys_pre (b, Hkv, T, d) -> the rank-min(max_rank, T, D) truncated SVD of each (T, D) matrix."""
-        b, hkv, t, d = keys_pre.shape
-        u = keys_pre.new_zeros(b, t, 0)
+        b, hkv, _, d = keys_pre.shape
+        u = keys_pre.new_zeros(b, 0, 0)
         sv = keys_pre.new_zeros(b, 0, hkv * d)
         return cls(u, sv.view(b, 0, hkv, d).transpose(1, 2), max_rank).fold(keys_pre)
 
