@@ -1,6 +1,7 @@
 """ShadowKV on the real default model (smollm2-135m, CPU): `dse trace` runs it on passkey and fidelity and
 writes a trace of its own demand (value tokens fetched, re-factorisations), and the budget and the rank
-visibly move its fidelity against dense attention. Slow: a few minutes."""
+visibly move its fidelity against dense attention. Slow: 25 minutes on the loaded 2-core build machine
+(load 10-16; passed there once)."""
 
 from __future__ import annotations
 
