@@ -1,5 +1,6 @@
 """ShadowKV on the real default model (smollm2-135m, CPU): `dse trace` runs it on passkey and fidelity and
-writes a trace of its own demand (value tokens fetched, re-factorisations), and the budget and the rank
+writes a trace of its own demand (selected and fetched chunks; the policy also reports fetched value tokens
+and re-factorisations, which the trace keeps once its format carries them), and the budget and the rank
 visibly move its fidelity against dense attention. Slow: 25 minutes on the loaded 2-core build machine
 (load 10-16; passed there once)."""
 
