@@ -20,6 +20,7 @@ POLICIES: dict[str, str] = {
     "razorattention": "freekv_runtime.policies.razorattention:RazorAttentionPolicy",
     # retrieval methods (the whole KV stays reachable on the host, a subset is attended)
     "infinigen": "freekv_runtime.policies.infinigen:InfiniGenPolicy",
+    "shadowkv": "freekv_runtime.policies.shadowkv:ShadowKVPolicy",  # low-rank keys on the device
 }
 
 # name -> "retrieval" (the whole KV stays reachable on the host, a subset is attended), "dropping"
