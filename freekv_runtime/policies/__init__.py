@@ -17,6 +17,9 @@ POLICIES: dict[str, str] = {
     "h2o": "freekv_runtime.policies.h2o:H2OPolicy",
     "snapkv": "freekv_runtime.policies.snapkv:SnapKVPolicy",
     "raas": "freekv_runtime.policies.raas:RaaSPolicy",
+    # always-correct page retrieval (see freekv_runtime.policies._sync_retrieval)
+    "quest": "freekv_runtime.policies.quest:QuestPolicy",
+    "arkvale": "freekv_runtime.policies.arkvale:ArkValePolicy",
 }
 
 
