@@ -4,7 +4,9 @@ FreeKV's selection design (issue 11): `group_pooling` pools a GQA group's page s
 `kernels.page_scores.POOLINGS`: softmax_mean = the official accuracy harness, the default;
 softmax_scaled_mean = this project before issue 11; mean = the official runtime; max); `page_summary`
 is the page key summary (`kernels.summarize_pages.SUMMARIES`: minmax = Quest / the harness, the
-default; box = ArkVale / the official runtime). Other methods ignore them.
+default; box = ArkVale / the official runtime). Other methods ignore them. Left unset (None) they take
+the method's own default: `METHOD_SELECTION_DEFAULTS` (Quest: max / minmax, ArkVale: mean / box), else
+FreeKV's (softmax_mean / minmax).
 
 Budget convention (used everywhere in this project): `budget_tokens` counts sink and window, as the
 official FreeKV runtime does. Selected pages per KV head = (budget_tokens - sink_tokens -
@@ -15,11 +17,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["RuntimeConfig", "RuntimeConfigError", "GROUP_POOLINGS", "PAGE_SUMMARIES"]
+__all__ = ["RuntimeConfig", "RuntimeConfigError", "GROUP_POOLINGS", "PAGE_SUMMARIES",
+           "METHOD_SELECTION_DEFAULTS"]
 
 # the same names as kernels.page_scores.POOLINGS / kernels.summarize_pages.SUMMARIES (config imports no torch)
 GROUP_POOLINGS = ("softmax_mean", "softmax_scaled_mean", "mean", "max")
 PAGE_SUMMARIES = ("minmax", "box")
+# a method's own group_pooling / page_summary where they differ from FreeKV's (see the policy docstrings)
+METHOD_SELECTION_DEFAULTS: dict[str, dict[str, str]] = {
+    "quest": {"group_pooling": "max", "page_summary": "minmax"},
+    "arkvale": {"group_pooling": "mean", "page_summary": "box"},
+}
 
 
 class RuntimeConfigError(ValueError):
@@ -35,12 +43,17 @@ class RuntimeConfig:
     window_tokens: int = 512
     tau: float = 0.9
     dense_layers: tuple[int, ...] = (0,)
-    group_pooling: str = "softmax_mean"
-    page_summary: str = "minmax"
+    group_pooling: str | None = None  # None: the method's default (module docstring); a str afterwards
+    page_summary: str | None = None
     measure_attention_mass: bool = False
     extra: dict = field(default_factory=dict)  # method-specific knobs
 
     def __post_init__(self) -> None:
+        own = {"group_pooling": "softmax_mean", "page_summary": "minmax",
+               **METHOD_SELECTION_DEFAULTS.get(self.method, {})}
+        for name, default in own.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         p = self.page_size
         if p < 1:
             raise RuntimeConfigError(f"page_size must be a positive integer, got {p}")

@@ -21,6 +21,9 @@ POLICIES: dict[str, str] = {
     # retrieval methods (the whole KV stays reachable on the host, a subset is attended)
     "infinigen": "freekv_runtime.policies.infinigen:InfiniGenPolicy",
     "shadowkv": "freekv_runtime.policies.shadowkv:ShadowKVPolicy",  # low-rank keys on the device
+    # always-correct page retrieval (see freekv_runtime.policies._sync_retrieval)
+    "quest": "freekv_runtime.policies.quest:QuestPolicy",
+    "arkvale": "freekv_runtime.policies.arkvale:ArkValePolicy",
 }
 
 # name -> "retrieval" (the whole KV stays reachable on the host, a subset is attended), "dropping"

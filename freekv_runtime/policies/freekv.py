@@ -42,9 +42,16 @@ from freekv_runtime.recall import DeviceStreams, RecallEngine, RecallStats
 from freekv_runtime.timing import OpTimer
 from kernels import page_scores, query_similarity, sparse_decode_attention, topk_pages
 
-__all__ = ["FreeKVPolicy", "FreeKVState"]
+__all__ = ["FreeKVPolicy", "FreeKVState", "check_dense_layers"]
 
 _EXTRA_KEYS = {"staging_pages": 64, "pool_chunk_pages": 64}
+
+
+def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
+    """RuntimeConfigError when `dense_layers` names a layer the model does not have."""
+    bad = [layer for layer in config.dense_layers if not 0 <= layer < shape.n_layers]
+    if bad:
+        raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
 
 
 class FreeKVPolicy(KVPolicy):
@@ -62,9 +69,7 @@ class FreeKVPolicy(KVPolicy):
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> FreeKVState:
-        bad = [layer for layer in self.config.dense_layers if not 0 <= layer < shape.n_layers]
-        if bad:
-            raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
+        check_dense_layers(self.config, shape)
         return FreeKVState(self.config, shape, batch_size, torch.device(device), dtype, timer)
 
 
@@ -141,6 +146,11 @@ class FreeKVState(PolicyState):
         self.recaller.wait(self.pending[layer])  # the background recall of step t-1 for this layer
         if self._fits_budget(store):
             return self._decode_within_budget(layer, store, q_t)
+        return self._decode_sparse(layer, store, q_t)
+
+    def _decode_sparse(self, layer: int, store: PagedKVStore, q_t: torch.Tensor) -> torch.Tensor:
+        """The context exceeds the budget: correction check, selection, recalls, attention (module doc).
+        q_t (b, Hq, d) -> (b, Hq, 1, d)."""
         with self.timer.op("correction_check"):
             sim = query_similarity(q_t, self.q_prev[layer], self.shape.group_size).cpu().numpy()
             corrected = sim < self.config.tau  # (b, Hkv); one small read-back per layer, as in FreeKV
@@ -199,9 +209,7 @@ class FreeKVState(PolicyState):
         b, hkv, n_slots = store.resident.shape
         if hi - lo == 0:
             return np.zeros((b, hkv, 0), np.int64), np.full((b, hkv, n_slots), -np.inf)
-        page_lo, page_hi = store.candidate_bounds()
-        scores = page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo, page_hi,
-                             self.config.group_pooling)
+        scores = self._page_scores(store, q, hi)
         top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy()
         if not scores.is_cuda:  # the scores are on the host already: look the resident ones up there
             rows = np.arange(b * hkv)[:, None]  # (b * Hkv, 1) against resident (b * Hkv, K)
@@ -211,6 +219,12 @@ class FreeKVState(PolicyState):
         resident = torch.as_tensor(store.resident).to(scores.device)
         resident_scores = scores.gather(2, resident.clamp(min=0)).masked_fill(resident < 0, float("-inf"))
         return top, resident_scores.cpu().numpy()
+
+    def _page_scores(self, store: PagedKVStore, q: torch.Tensor, hi: int) -> torch.Tensor:
+        """(b, Hkv, hi) float32 scores of pages [0, hi) under q (b, Hq, d), -inf outside the candidates."""
+        page_lo, page_hi = store.candidate_bounds()
+        return page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo, page_hi,
+                           self.config.group_pooling)
 
     def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> ReusePlan:
         top, resident_scores = self._select(store, q_t)

@@ -1,0 +1,60 @@
+"""Quest: query-aware top-k pages from per-page min/max keys, selected with the current query every step.
+
+Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference" (ICML 2024,
+arXiv 2406.10774); public code mit-han-lab/Quest: evaluation/quest_attention.py (the accuracy harness:
+per chunk the upper bound sum_i max(q_i * max_k_i, q_i * min_k_i), written with sign(q), lines 146-183;
+top max(3, token_budget // chunk_size) chunks per query head at every decode step, lines 23-64; layers
+0 and 1 dense, line 84), quest/utils/controller.py and quest/models/QuestAttention.py (the kernel path:
+metadata = per-page min/max keys, estimate -> top-k -> sparse attention every step).
+
+Runtime policy (freekv_runtime.policies._sync_retrieval): the retrieval setting of issue 11 (the whole KV
+on the host, the GPU holds the selected pages): at every decode step of a sparse layer the top pages under
+the current query are chosen among the candidates, the ones not resident are recalled synchronously
+before attention (every head `corrected`, similarity NaN), and attention runs over sink + selected + window.
+A budget covering the context attends everything (dense).
+
+Knobs (RuntimeConfig): budget_tokens (sink and window included; selected pages per KV head =
+(budget - sink - window) / page_size), page_size, sink_tokens, window_tokens, dense_layers; the FreeKV
+paper's baseline setting: budget 2048, page 32, layer 0 dense. group_pooling (default max: a GQA group's
+query heads are pooled by the max of their page scores, so the group shares one selection, as the FreeKV
+paper's Quest baseline does; Quest's own harness selects per query head) and page_summary (default
+minmax, Quest's; box possible). `config.extra`: staging_pages (head-pages per recall staging buffer,
+default 64) and pool_chunk_pages (host-pool growth step, default 64), as FreeKV's.
+
+Differences from the public code: Quest keeps the whole KV on the GPU and only reads less; here pages
+not resident are copied from the host first (the retrieval setting the issue compares). Quest's sink and
+local window are not separate (its top-k includes the current chunk); here they are RuntimeConfig's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from freekv_runtime.config import RuntimeConfig
+from freekv_runtime.policies._dropping import checked_extra
+from freekv_runtime.policies._sync_retrieval import SyncRetrievalState, positive_int
+from freekv_runtime.policies.base import AttentionShape, KVPolicy
+from freekv_runtime.policies.freekv import check_dense_layers
+from freekv_runtime.timing import OpTimer
+
+__all__ = ["QuestPolicy", "QuestState"]
+
+_EXTRA = {"staging_pages": 64, "pool_chunk_pages": 64}
+_CHECKS = {key: (positive_int, "a positive integer") for key in _EXTRA}
+
+
+class QuestState(SyncRetrievalState):
+    """Every KV head selects on its own (group pooled by `config.group_pooling`), top-k = every slot."""
+
+
+class QuestPolicy(KVPolicy):
+    name = "quest"
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        super().__init__(config)
+        checked_extra(config, self.name, _EXTRA, _CHECKS)
+
+    def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
+                  timer: OpTimer) -> QuestState:
+        check_dense_layers(self.config, shape)
+        return QuestState(self.config, shape, batch_size, torch.device(device), dtype, timer)
