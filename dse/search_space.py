@@ -90,7 +90,10 @@ def make_config(method: str, shape: dict[str, int], knobs: dict[str, Any]) -> Tr
     """A configuration of `method`: shape holds the shared knobs; knobs the method's own (RuntimeConfig
     fields it reads, the rest go to `options`). RuntimeConfig fields it reads and `knobs` lacks keep
     their defaults; those it does not read are None."""
-    fields_ = {k: (knobs.get(k, default) if k in config_knobs(method) else None)
+    # a knob the study leaves out: FreeKV's RuntimeConfig default; another method's own (None: RuntimeConfig
+    # resolves it, e.g. Quest's max pooling)
+    own = config_knobs(method)
+    fields_ = {k: (knobs.get(k, default if method == "freekv" else None) if k in own else None)
                for k, default in _CONFIG_DEFAULTS.items()}
     if fields_["tau"] is not None:
         fields_["tau"] = round(float(fields_["tau"]), TAU_DECIMALS)

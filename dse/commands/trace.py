@@ -149,9 +149,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
               help="Local window tokens [RuntimeConfig default].")
 @click.option("--tau", type=float, default=None, help="Correction threshold [RuntimeConfig default].")
 @click.option("--group-pooling", type=click.Choice(["softmax_mean", "softmax_scaled_mean", "mean", "max"]),
-              default=None, help="FreeKV: pooling of a GQA group's page scores [softmax_mean].")
+              default=None, help="Pooling of a GQA group's page scores (freekv, quest, arkvale) [the "
+                   "method's own: freekv softmax_mean, quest max, arkvale mean].")
 @click.option("--page-summary", type=click.Choice(["minmax", "box"]), default=None,
-              help="FreeKV: per-page key summary, min/max or centre +- mean radius [minmax].")
+              help="Per-page key summary, min/max or centre +- mean radius (freekv, quest, arkvale) "
+                   "[the method's own: minmax, arkvale box].")
 @click.option("--method", default="freekv", show_default=True,
               help="KV policy: a name in freekv_runtime.policies.POLICIES (freekv, full, streamingllm, ...).")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
