@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from freekv_runtime.config import RuntimeConfigError
-from freekv_runtime.policies.base import ModelAccess, PolicyState, PrefillDecisions, StepDecisions
+from freekv_runtime.policies.base import ModelAccess, PrefillOnlyState
 
 __all__ = ["CaptureState", "LayerSkew", "calibrate"]
 
@@ -56,7 +56,7 @@ class LayerSkew:
         return part.reshape(*x.shape[:-1], -1)
 
 
-class CaptureState(PolicyState):
+class CaptureState(PrefillOnlyState):
     """Dense causal attention that keeps each layer's post-RoPE q (Hq, T, d) and k (Hkv, T, d) of the
     first sequence; only `prefill` is used (`ModelAccess.run_prefill`)."""
 
@@ -68,14 +68,6 @@ class CaptureState(PolicyState):
         self.q[layer], self.k[layer] = q[0].float(), k[0].float()
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
-    def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("the calibration capture only runs a prefill")
-
-    def end_prefill(self) -> PrefillDecisions:
-        raise NotImplementedError("the calibration capture only runs a prefill")
-
-    def end_step(self) -> StepDecisions:
-        raise NotImplementedError("the calibration capture only runs a prefill")
 
 
 def layer_skew(q: torch.Tensor, k: torch.Tensor, ratio: float) -> LayerSkew:

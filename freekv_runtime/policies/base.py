@@ -23,7 +23,8 @@ from freekv_runtime.timing import OpTimer
 if TYPE_CHECKING:
     from freekv_runtime.model import RopeTable
 
-__all__ = ["AttentionShape", "KVPolicy", "ModelAccess", "PolicyState", "StepDecisions", "PrefillDecisions"]
+__all__ = ["AttentionShape", "KVPolicy", "ModelAccess", "PolicyState", "PrefillOnlyState", "StepDecisions",
+           "PrefillDecisions"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,25 @@ class PolicyState(ABC):
     @abstractmethod
     def end_step(self) -> StepDecisions:
         """Called once after all layers of a decode step ran; returns that step's decisions."""
+
+
+class PrefillOnlyState(PolicyState):
+    """A state that only measures a probe prompt through `ModelAccess.run_prefill` (RazorAttention's head
+    probe, InfiniGen's calibration): subclasses implement `prefill`; decoding and the decode loop's hooks
+    are refused."""
+
+    def _refuse(self) -> RuntimeError:
+        return RuntimeError(f"{type(self).__name__} measures a probe prefill only (ModelAccess.run_prefill); "
+                            "it is not driven by a decode loop")
+
+    def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        raise self._refuse()
+
+    def end_prefill(self) -> PrefillDecisions:
+        raise self._refuse()
+
+    def end_step(self) -> StepDecisions:
+        raise self._refuse()
 
 
 class KVPolicy(ABC):

@@ -67,9 +67,7 @@ from freekv_runtime.policies.base import (
     AttentionShape,
     KVPolicy,
     ModelAccess,
-    PolicyState,
-    PrefillDecisions,
-    StepDecisions,
+    PrefillOnlyState,
 )
 from freekv_runtime.timing import OpTimer
 
@@ -100,7 +98,7 @@ _CHECKS = {
 _QUERY_CHUNK = 256  # probe queries per block: bounds the probe's memory to (b, Hq, chunk, T)
 
 
-class ProbeState(PolicyState):
+class ProbeState(PrefillOnlyState):
     """Exact causal attention over a probe prompt that repeats a segment of `period` tokens; measures
     per layer and query head the mean attention probability on key i - period (echo) and on key
     i - period + 1 (induction) over the queries i >= period. Only `prefill` is used (through
@@ -139,14 +137,6 @@ class ProbeState(PolicyState):
         self.induction[layer] = (induction / n_queries).reshape(hq).cpu().numpy()
         return out.reshape(b, hq, t, d).to(q.dtype)
 
-    def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("ProbeState measures a prefill only (ModelAccess.run_prefill); it does not decode")
-
-    def end_prefill(self) -> PrefillDecisions:
-        raise RuntimeError("ProbeState is driven by ModelAccess.run_prefill, not by a decode loop")
-
-    def end_step(self) -> StepDecisions:
-        raise RuntimeError("ProbeState is driven by ModelAccess.run_prefill, not by a decode loop")
 
 
 def _top(scores: np.ndarray, fraction: float) -> np.ndarray:
