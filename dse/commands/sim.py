@@ -201,7 +201,11 @@ def run_command(
         cli_notes += [status] if status else []
         trace_info = {"path": str(trace), "complete": reader.complete, "truncated": reader.truncated,
                       "steps": reader.n_steps}
-        demand = demand_from_trace(reader, target_model=model)
+        if runtime.get("method") == "full":  # dense attention: every layer dense, nothing selected or moved
+            cli_notes.append("the trace is of dense attention (method full): it holds no recall demand, so "
+                             "only the demand-free models (dense, full-offload, ...) replay it")
+        else:
+            demand = demand_from_trace(reader, target_model=model)
     elif synthetic:
         from sim.demand_presets import get_preset, is_preset
 
@@ -235,7 +239,7 @@ def run_command(
     if method is None:  # the model of the trace's own policy (the runtime's dense policy: dense)
         from dse.objective import SIM_METHOD
 
-        own = demand.method if demand is not None else None
+        own = demand.method if demand is not None else (runtime or {}).get("method")
         method = SIM_METHOD.get(own, own) if own else "freekv"
     mode = implementation or ("both" if method == "all" else "as-published")
     modes = ["as-published", "ideal"] if mode == "both" else [mode]

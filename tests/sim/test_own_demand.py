@@ -212,3 +212,16 @@ def test_cli_method_all_runs_own_and_demand_free_methods(tmp_path: Path) -> None
     every = _cli([str(trace), *SIM_ARGS, "--method", "all", "--transplant-method", "--json"])
     assert every["results"]["arkvale"]["transplanted_method"] == "freekv"
     assert every["results"]["freekv"]["transplanted_method"] is None
+
+
+def test_cli_dense_attention_trace_replays_with_demand_free_models(tmp_path: Path, capsys) -> None:
+    """A trace of the runtime's `full` policy (every layer dense) holds no recall demand: dense replays it
+    (also by default), a method that needs demand is refused with exit 2, never a traceback."""
+    trace = make_trace(tmp_path / "t", method="full", dense_layers=tuple(range(get_model(MODEL).n_layers)))
+    for extra in (["--method", "dense"], []):
+        out = _cli([str(trace), *SIM_ARGS, *extra, "--json"])
+        assert out["method"] == "dense"
+        assert any("dense attention (method full)" in n for n in out["notes"])
+    rc = main(["sim", str(trace), *SIM_ARGS, "--method", "freekv"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "needs recall demand" in err and "Traceback" not in err
