@@ -139,7 +139,6 @@ def command(
     from dse.commands import sim_inputs
     from dse.commands.demand_option import resolve_demand
     from dse.paths import check_output_file
-    from sim import SimConfig
     from sim.capacity import capacity
     from sim.methods import method_class
     from traces.models import get_model
@@ -166,18 +165,8 @@ def command(
     sampling_label = ""
     for hw in profiles:
         for name in names:
-            base = dict(
-                model=model,
-                hardware=hw,
-                method=name,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                implementation=implementation,
-                **knobs.values,
-            )
-            if software is not None:
-                base["software"] = software
-            cfg = SimConfig(**base)
+            cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
+                                             knobs.values, software)
             needs = method_class(name).needs_demand
             ends = {"central": choice.demand}
             if needs:

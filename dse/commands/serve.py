@@ -97,7 +97,7 @@ def command(
     from dse.commands import sim_inputs
     from dse.commands.demand_option import resolve_demand
     from dse.paths import check_output_file
-    from sim import SimConfig, SimInputError
+    from sim import SimInputError
     from sim.methods import method_class
     from sim.serving import StepCosts, load_requests, max_rate, poisson_requests, serve
 
@@ -118,15 +118,8 @@ def command(
     out = []
     for hw in profiles:
         for name in names:
-            cfg = SimConfig(
-                model=model,
-                hardware=hw,
-                method=name,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                implementation=implementation,
-                **knobs.values,
-            )
+            cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
+                                             knobs.values)
             costs = StepCosts(cfg, choice.demand if method_class(name).needs_demand else None, seed)
 
             def run_at(rate: float, costs: StepCosts = costs):

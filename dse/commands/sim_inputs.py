@@ -133,3 +133,14 @@ def check_max_positions(model: str, input_tokens: int, output_tokens: int) -> No
             f"{spec.max_position_tokens} tokens (or a model with more positions)"
         )
 
+
+
+def workload_config(model: str, hardware: str, method: str, input_tokens: int, output_tokens: int,
+                    implementation: str, knobs: dict[str, Any], software: str | None = None) -> Any:
+    """The SimConfig of one (hardware, method) cell of `dse capacity` / `dse serve`: the workload, the
+    resolved retrieval knobs (`resolve_knobs(...).values`) and, if given, the software profile."""
+    from sim import SimConfig
+
+    extra = {} if software is None else {"software": software}
+    return SimConfig(model=model, hardware=hardware, method=method, input_tokens=input_tokens,
+                     output_tokens=output_tokens, implementation=implementation, **knobs, **extra)
