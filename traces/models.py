@@ -22,7 +22,7 @@ class ModelSpec:
 
     name: str
     hf_id: str
-    architecture: str  # "llama" or "qwen2"
+    architecture: str  # "llama" or "qwen2" (runtime loaders); "glm": simulator shape only
     n_layers: int
     hidden_size: int
     n_qo_heads: int
@@ -174,6 +174,28 @@ MODELS: dict[str, ModelSpec] = {
             "(32 layers, "
             "hidden 4096, 32 query / 8 KV heads, intermediate_size 14336, vocab 128256), rope_theta "
             "3580165449.0, max_position_embeddings 1048576, no rope_scaling (ShadowKV's throughput model)",
+        ),
+        _spec(
+            name="glm-4-9b-1m", hf_id="THUDM/glm-4-9b-chat-1m", architecture="glm",
+            n_layers=40, hidden_size=4096, n_qo_heads=32, n_kv_heads=4, head_dim=128, ffn_size=13696,
+            vocab_size=151552, rope_theta=100000000.0, max_position_tokens=1048576, tied_embeddings=False,
+            qkv_bias=True,
+            source="config.json of THUDM/glm-4-9b-chat-1m (ChatGLM format, recalled, not re-read offline): "
+            "num_layers 40, hidden_size 4096, num_attention_heads 32, multi_query_group_num 4 (4 KV heads, "
+            "as ShadowKV's throughput table states), kv_channels 128, ffn_hidden_size 13696 (SwiGLU), "
+            "padded_vocab_size 151552, add_qkv_bias true, seq_length 1048576; rotary on half of each head "
+            "(base 10000 x rope_ratio 10000). Simulator shape only: the runtime has no GLM loader "
+            "(ShadowKV's throughput model)",
+        ),
+        _spec(
+            name="yi-9b-200k", hf_id="01-ai/Yi-9B-200K", architecture="llama",
+            n_layers=48, hidden_size=4096, n_qo_heads=32, n_kv_heads=4, head_dim=128, ffn_size=11008,
+            vocab_size=64000, rope_theta=10000000.0, max_position_tokens=262144, tied_embeddings=False,
+            qkv_bias=False,
+            source="config.json of 01-ai/Yi-9B-200K (LlamaForCausalLM; recalled, not re-read offline): "
+            "num_hidden_layers 48, hidden_size 4096, num_attention_heads 32, num_key_value_heads 4 (as "
+            "ShadowKV's throughput table states), intermediate_size 11008, vocab_size 64000, "
+            "max_position_embeddings 262144, rope_theta 1e7 (ShadowKV's throughput model)",
         ),
     ]
 }

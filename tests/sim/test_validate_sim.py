@@ -42,6 +42,21 @@ def test_rows_name_source_setup_and_published_value() -> None:
         assert r.source and r.setup and r.published > 0
 
 
+def test_issue_rows_are_the_19_named_and_shadowkv_table_is_whole() -> None:
+    vs = _module()
+    rows = vs.all_rows()
+    assert sum(r.named for r in rows) == 19  # the rows issue 10 names; its tally counts these
+    shadowkv = [r for r in rows if r.key.startswith("shadowkv/")]
+    assert len(shadowkv) == 3 * len(vs._SHADOWKV_PUBLISHED) == 33  # full, ShadowKV, projection per cell
+    assert {r.key.split("/")[1] for r in shadowkv if not r.named} == {"glm-4-9b-1m", "yi-9b-200k"}
+
+
+def test_tallies_print_all_rows_and_the_named_subset(capsys) -> None:
+    assert _module().main(["--only", "shadowkv/yi-9b-200k/60k", "--mode", "as-published"]) == 0
+    out = capsys.readouterr().out
+    assert "all rows (3):" in out and "rows issue 10 names" not in out  # no named row selected
+
+
 def test_unknown_row_prefix_exits_2(capsys) -> None:
     assert _module().main(["--only", "nope"]) == 2
 
