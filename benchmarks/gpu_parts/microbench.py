@@ -11,7 +11,9 @@ the reason under "skipped"). Methods:
 - wall time per copy: host start of the loop to the stream's completion, / n.
 Host->device copies (pinned source, one stream) by size 256 B .. 4 MiB and API path: torch slice
 `copy_(non_blocking=True)`, cudaMemcpyAsync, cudaMemcpy2DAsync of 256-byte rows (source pitch of 8 such
-rows, the NHD layout of 8 KV heads), cudaMemcpyBatchAsync (one call for all n copies).
+rows, the NHD layout of 8 KV heads), cudaMemcpyBatchAsync (one call for all n copies). Tables `topk` and
+`uva_gather` (microbench_selection.py): torch.topk at ShadowKV's and page-selection shapes against a
+roofline read, and a zero-copy gather of runs from pinned host memory against a bulk copy.
 Without CUDA only the host-side items run (thread hand-off, Python call into an extension, eager CPU
 op), labelled device "cpu"; every CUDA item is listed under "skipped".
 """
@@ -169,7 +171,7 @@ def run(out: Path, opts: Options) -> dict:
         measure_cuda(doc, opts.quick)
     else:
         reason = cuda_skip_reason()
-        for key in SOFTWARE_KEYS + HARDWARE_KEYS:
+        for key in SOFTWARE_KEYS + HARDWARE_KEYS + ("tables.topk", "tables.uva_gather"):
             if key not in doc["software"]:
                 doc["skipped"][key] = reason
     problems = validate(doc)

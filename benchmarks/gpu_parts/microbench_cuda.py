@@ -14,6 +14,7 @@ import torch
 
 from gpu_parts.cudart import Cudart
 from gpu_parts.microbench import HBM_PEAK_GBPS, ROW_BYTES, SIZES, host_s
+from gpu_parts.microbench_selection import topk_table, uva_gather_table
 
 __all__ = ["measure_cuda"]
 
@@ -255,6 +256,11 @@ def _derive(doc: dict[str, Any]) -> None:
     ]
 
 
+def _measured_hbm_gbps(doc: dict[str, Any]) -> float | None:
+    rows = doc["tables"].get("hbm") or [{}]
+    return rows[0].get("device_copy_gbps")
+
+
 def measure_cuda(doc: dict[str, Any], quick: bool) -> None:
     torch.cuda.init()
     n = 300 if quick else 2000
@@ -284,6 +290,8 @@ def measure_cuda(doc: dict[str, Any], quick: bool) -> None:
         ("h2d_copy", lambda: _copy_table(doc, rt, quick)),
         ("hbm", lambda: _hbm(doc)),
         ("derive", lambda: _derive(doc)),
+        ("topk", lambda: topk_table(doc, quick, device_s, _measured_hbm_gbps(doc))),
+        ("uva_gather", lambda: uva_gather_table(doc, quick, device_s)),
     ]
     for name, fn in items:
         t0 = time.perf_counter()
