@@ -118,3 +118,37 @@ def test_serve_transplant_method(arkvale_trace: Path, tmp_path: Path, capsys) ->
                                 "demand of arkvale transplanted onto freekv"]
     own = _run([*SERVE, "--method", "arkvale", "--demand", str(arkvale_trace)])  # its own policy's trace
     assert "transplanted" not in own
+
+
+def test_report_resimulates_a_dense_run_from_its_trace(dense_trace: Path, tmp_path: Path) -> None:
+    """`dse report --hardware/--workload`: the dense baseline's real trace goes through the same path as
+    every trace (Demand.dense_attention) and is replayed by the dense model; the trial by its own."""
+    from dse.report.resimulate import Overrides, resimulate
+    from dse.results import BaselineResult, StudyResults, TrialResult
+    from sim import SimConfig, demand_from_trace, run_simulation
+
+    knobs = {"page_size": 32, "budget_tokens": 512, "sink_tokens": 64, "window_tokens": 64}
+    trial_trace = make_trace(tmp_path / "freekv")
+    cfg = SimConfig(model="llama-3.1-8b", hardware="a100-40g-pcie4", input_tokens=1200, output_tokens=8,
+                    **knobs)
+    sim = {"a100-40g-pcie4": run_simulation(cfg, demand_from_trace(trial_trace, "llama-3.1-8b")).to_dict()}
+    trial = TrialResult(target_model="llama-3.1-8b", sim=sim, sim_models={}, sim_grid=[], number=0,
+                        state="COMPLETE", config={"method": "freekv", **knobs}, values=(1.0, 0.01),
+                        accuracy={"passkey_accuracy": 1.0}, trace_dir=str(trial_trace), feasible=True)
+    dense = BaselineResult(target_model="llama-3.1-8b", sim={}, sim_models={}, sim_grid=[], name="dense",
+                           config={"method": "full"}, accuracy={"passkey_accuracy": 1.0},
+                           trace_dir=str(dense_trace))
+    results = StudyResults(
+        study_name="s", storage_url="sqlite://", study_file="", target_model="llama-3.1-8b",
+        config={"objectives": [{"metric": "passkey_accuracy"}, {"latency": {"hardware": "a100-40g-pcie4"}}],
+                "hardware": ["a100-40g-pcie4"], "model": {"name": "smollm2-135m"},
+                "workload": {"input_tokens": 1200, "output_tokens": 8, "batch_sizes": [1]},
+                "search": {"dense_layers": [0]}},
+        objective_names=("passkey_accuracy", "latency"), directions=("maximize", "minimize"),
+        hardware=("a100-40g-pcie4",), trials=(trial,), dense=dense, untuned_freekv=None,
+    )
+    out = resimulate(results, Overrides(hardware=("h100-pcie5",), workload=None))
+    replayed = out.dense.sim["h100-pcie5"]
+    assert replayed["method"] == "dense" and replayed["demand"].startswith("none")
+    assert any("dense attention (method full)" in n for n in replayed["notes"])
+    assert out.trials[0].sim["h100-pcie5"]["method"] == "freekv"
