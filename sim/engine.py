@@ -112,7 +112,7 @@ def prepare(
             f"method {cfg.method!r} needs recall demand: pass a trace directory or --synthetic SPEC "
             "(e.g. 'correction=0.6,hit=0.8')"
         )
-    check_replay(method, cfg, demand)
+    check_replay(cfg, demand)
     rng = np.random.default_rng(seed)
     used = demand is not None and method.uses_demand(demand.method, cfg.transplant_method)
     bd = batch_demand(demand if used else None, cfg, model, rng)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from sim.demand import DENSE_POLICY
 from sim.errors import SimInputError
+from sim.methods import available_methods, method_class
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
@@ -30,32 +31,19 @@ __all__ = ["check_replay", "own_demand_methods", "replayable_methods", "replay_r
            "demand_free_methods"]
 
 
-def check_replay(method: Method, cfg: SimConfig, demand: Demand | None) -> None:
-    """Refuse to price a trace of dense attention, or of one runtime policy with the model of another
-    (`Method.replays`) unless cfg.transplant_method; synthetic demand (method None) and methods that
-    ignore demand pass."""
-    if demand is None or demand.method is None or not method.needs_demand:
-        return
-    if demand.dense_attention:
-        raise SimInputError(f"--method {cfg.method}: " + _dense_text([cfg.method], demand))
-    if demand.method == method.replays or cfg.transplant_method:
-        return
-    own = f"traces of the {method.replays!r} policy" if method.replays else "no trace"
-    raise SimInputError(
-        f"--method {cfg.method}: the trace {demand.source} holds the demand of the {demand.method!r} "
-        f"policy, but the {cfg.method!r} model replays {own}; record one with `dse trace --method "
-        f"{method.replays or cfg.method} ...`, or ask for a transplant (--transplant-method of dse sim, "
-        f"dse capacity and dse serve; SimConfig.transplant_method) to price {demand.method}'s demand with "
-        f"the {cfg.method} model (labelled as transplanted)"
-    )
+def check_replay(cfg: SimConfig, demand: Demand | None) -> None:
+    """Raise `replay_refusal` for cfg's method: a trace of dense attention to a model that needs demand, or
+    a trace of another runtime policy (`Method.replays`) unless cfg.transplant_method. Synthetic demand
+    (method None) and methods that ignore demand pass."""
+    refusal = replay_refusal([cfg.method], demand, cfg.transplant_method)
+    if refusal:
+        raise SimInputError(refusal)
 
 
 def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list[str], list[str]]:
     """(kept, refused) of the method `names` for a trace of policy `trace_method`: kept are the methods
     that replay that policy's traces and those whose costs need no trace; refused the others
     (`check_replay` would refuse them). Synthetic demand (None) keeps all."""
-    from sim.methods import method_class
-
     if trace_method is None:
         return list(names), []
     kept, refused = [], []
@@ -84,8 +72,6 @@ def replay_refusal(names: list[str], demand: Demand | None, transplant: bool = F
         return None
     if demand.dense_attention:
         return f"--method {','.join(refused)}: " + _dense_text(refused, demand)
-    from sim.methods import method_class
-
     replays = {n: method_class(n).replays for n in refused}
     if len(refused) == 1:
         name = refused[0]
@@ -117,8 +103,6 @@ def method_transplant(method: Method, cfg: SimConfig, demand: Demand | None) -> 
 
 def demand_free_methods() -> list[str]:
     """The installed models whose costs need no trace (they replay a trace of dense attention)."""
-    from sim.methods import available_methods, method_class
-
     return [n for n in available_methods() if not method_class(n).needs_demand]
 
 
