@@ -117,7 +117,8 @@ def _set(profile: HardwareProfile, values: dict[str, float], source: str) -> Har
 def config_from_trace(
     demand: Demand, meta_runtime: dict, model: str, prompt_tokens: int, n_steps: int, hardware: str
 ) -> SimConfig:
-    """The SimConfig of the traced run (its method, knobs, batch, prompt and step count).
+    """The SimConfig of the traced run (its method, knobs, batch, prompt and step count; a trace of dense
+    attention is replayed with the dense model).
 
     Replayed in the "ideal" implementation mode: the fitted numbers are hardware-profile fields, which
     are what that mode prices (the traced runtime is this project's, not a published one)."""
@@ -126,7 +127,7 @@ def config_from_trace(
         return SimConfig(
             model=model,
             hardware=hardware,
-            method=str(rt.get("method", "freekv")),
+            method="dense" if demand.dense_attention else str(rt.get("method", "freekv")),
             batch_size=1,
             input_tokens=prompt_tokens,
             output_tokens=n_steps,

@@ -9,6 +9,11 @@ Two forms:
   tau). `method` names the runtime policy whose demand it is (the trace's meta.runtime["method"], absent:
   "freekv"; None for synthetic demand). Built by `demand_from_trace` (optionally transplanted from
   another model) or `sim.synthetic.synthetic_demand`.
+- a trace of dense attention (the runtime's `full` policy, or any policy with every layer dense) selected
+  and recalled nothing: it loads into a Demand with method `DENSE_POLICY` ("full", `dense_attention`
+  True), zero corrections and ratios (similarity NaN) on its recorded steps. It holds no recall demand:
+  no method model prices it (`Method.uses_demand` is False); the models that need demand refuse it, also
+  with `SimConfig.transplant_method` (sim.engine.check_replay), the others replay it in closed form.
 - `BatchDemand`: what the engine and methods consume: per (step, layer) totals over the batch and KV
   heads for one SimConfig (context length, budget, batch), see `batch_demand`.
 
@@ -57,7 +62,9 @@ if TYPE_CHECKING:
     from traces import TraceReader
 
 __all__ = ["Demand", "BatchDemand", "demand_from_trace", "batch_demand", "layer_map", "head_map",
-           "replay_notes"]
+           "replay_notes", "DENSE_POLICY"]
+
+DENSE_POLICY = "full"  # the runtime's dense-attention policy (freekv_runtime/policies/full.py)
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ class Demand:
     similarity[i]: (S_i, L, H) float32 (NaN where undefined) or None for synthetic demand.
     evict_ratio[i]: (S_i, L, H) float32 >= 0, evicted tokens over the capacity; refactorised[i]: (S_i, L,
     H) bool; both None when nothing was recorded (synthetic demand: read as zeros).
-    method: the runtime policy whose demand this is (None: synthetic, any method may replay it).
+    method: the runtime policy whose demand this is (None: synthetic, any method may replay it;
+    DENSE_POLICY: dense attention, no recall demand, see `dense_attention`).
     timings_s[i]: per step measured timings (list of dicts) or empty; timing_clock per trace metadata.
     skipped_steps[i]: the first steps of source sequence i that fit the trace's budget and were left out
     (step 0 of the demand is the trace's step skipped_steps[i]); empty for synthetic demand.
@@ -91,6 +99,12 @@ class Demand:
     method: str | None = None
     evict_ratio: tuple[np.ndarray, ...] | None = None
     refactorised: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def dense_attention(self) -> bool:
+        """True for a trace of dense attention: it holds no selection or recall demand (module docstring);
+        its policy as recorded is `source_runtime["method"]`."""
+        return self.method == DENSE_POLICY
 
     @property
     def fetch_ratio(self) -> tuple[np.ndarray, ...]:
@@ -195,7 +209,8 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     """Read a trace (directory or open reader) into a Demand on `target_model`'s shape.
 
     target_model None or equal to the trace's model: no transplant. Otherwise layers and heads are
-    mapped (module docstring) and the Demand says `transplanted_from=<trace model>`.
+    mapped (module docstring) and the Demand says `transplanted_from=<trace model>`. A trace of dense
+    attention gives a Demand with `dense_attention` True and no recall demand (module docstring).
     """
     from traces import open_trace
 
@@ -204,6 +219,8 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     src: ModelSpec = meta.model
     tgt = get_model(target_model) if target_model else src
     dense = {int(x) for x in meta.runtime.get("dense_layers", ())}
+    if meta.runtime.get("method") == DENSE_POLICY or set(range(src.n_layers)) <= dense:
+        return _dense_attention_demand(reader, src, tgt, str(getattr(reader, "path", trace)))
     lmap = layer_map(tgt.n_layers, src.n_layers, dense)
     hmap = head_map(tgt.n_kv_heads, src.n_kv_heads)
     fit_tokens = _budget_fit_tokens(meta.runtime)
@@ -274,10 +291,42 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     )
 
 
+def _dense_attention_demand(reader: TraceReader, src: ModelSpec, tgt: ModelSpec, source: str) -> Demand:
+    """A trace of dense attention as a Demand with no recall demand: zeros (similarity NaN) of the target's
+    shape on every recorded step, its timings kept (module docstring)."""
+    steps: dict[int, list[dict[str, float]]] = {}
+    longest = 0
+    for rec in reader.steps():
+        longest = max(longest, int(rec.context_tokens))
+        steps.setdefault(rec.sequence, []).append(dict(rec.timings_s))
+    if not steps:
+        raise SimInputError(f"trace {source} has no decode steps to replay")
+    shapes = [(len(steps[seq]), tgt.n_layers, tgt.n_kv_heads) for seq in sorted(steps)]
+    meta = reader.meta
+    return Demand(
+        model=tgt.name,
+        corrected=tuple(np.zeros(s, dtype=bool) for s in shapes),
+        miss_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
+        similarity=tuple(np.full(s, np.nan, dtype=np.float32) for s in shapes),
+        source=source,
+        transplanted_from=src.name if tgt.name != src.name else None,
+        source_tau=meta.runtime.get("tau"),
+        timing_clock=meta.timing_clock,
+        timings_s=tuple(tuple(steps[seq]) for seq in sorted(steps)),
+        source_runtime=dict(meta.runtime),
+        skipped_steps=tuple(0 for _ in shapes),
+        recorded_context_tokens=longest,
+        method=DENSE_POLICY,
+        evict_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
+        refactorised=tuple(np.zeros(s, dtype=bool) for s in shapes),
+    )
+
+
 def replay_notes(demand: Demand | None, cfg: SimConfig) -> list[str]:
     """One line per way `cfg` replays a trace beyond what it recorded: more steps than it holds (cycled),
-    a longer context, another page size or budget. Empty for synthetic demand or a faithful replay."""
-    if demand is None or demand.synthetic:
+    a longer context, another page size or budget. Empty for synthetic demand, dense attention (nothing
+    of it is replayed) or a faithful replay."""
+    if demand is None or demand.synthetic or demand.dense_attention:
         return []
     notes = []
     held = max(demand.n_steps)

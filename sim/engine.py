@@ -23,6 +23,7 @@ from sim.hardware import HardwareProfile, load_profile
 from sim.memory import MemoryFit, memory_fit
 from sim.methods import get_method
 from sim.methods.base import CostContext, Kernel, Method, OpSpec, Transfer, Work
+from sim.replay_rules import check_replay, method_transplant, own_demand_methods
 from sim.result import SimResult, oom_message
 from sim.schedule import normalise_template, run_schedule, validate_template
 from sim.software import SoftwareProfile, load_software
@@ -76,48 +77,6 @@ def durations_of(work: dict[str, Work]) -> dict[str, np.ndarray]:
     return out
 
 
-def check_replay(method: Method, cfg: SimConfig, demand: Demand | None) -> None:
-    """Refuse to price a trace of one runtime policy with the model of another (`Method.replays`) unless
-    cfg.transplant_method; synthetic demand (method None) and methods that ignore demand pass."""
-    if demand is None or demand.method is None or not method.needs_demand:
-        return
-    if demand.method == method.replays or cfg.transplant_method:
-        return
-    own = f"traces of the {method.replays!r} policy" if method.replays else "no trace"
-    raise SimInputError(
-        f"--method {cfg.method}: the trace {demand.source} holds the demand of the {demand.method!r} "
-        f"policy, but the {cfg.method!r} model replays {own}; record one with `dse trace --method "
-        f"{method.replays or cfg.method} ...`, or ask for a transplant (`dse sim --transplant-method`, "
-        f"SimConfig.transplant_method) to price {demand.method}'s demand with the {cfg.method} model "
-        f"(labelled as transplanted)"
-    )
-
-
-def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list[str], list[str]]:
-    """(kept, refused) of the method `names` for a trace of policy `trace_method`: kept are the methods
-    that replay that policy's traces and those whose costs need no trace; refused the others
-    (`check_replay` would refuse them). Synthetic demand (None) keeps all."""
-    from sim.methods import method_class
-
-    if trace_method is None:
-        return list(names), []
-    kept, refused = [], []
-    for name in names:
-        cls = method_class(name)
-        (kept if not cls.needs_demand or cls.replays == trace_method else refused).append(name)
-    return kept, refused
-
-
-def method_transplant(method: Method, cfg: SimConfig, demand: Demand | None) -> str | None:
-    """'demand of <trace policy> transplanted onto <method>' when `cfg` prices another policy's trace
-    with this method's model, else None."""
-    if demand is None or demand.method is None or demand.method == method.replays:
-        return None
-    if not method.uses_demand(demand.method, cfg.transplant_method):
-        return None
-    return f"demand of {demand.method} transplanted onto {cfg.method}"
-
-
 def _resolve(cfg: SimConfig) -> tuple[ModelSpec, HardwareProfile]:
     try:
         model = get_model(cfg.model)
@@ -153,7 +112,7 @@ def prepare(
             f"method {cfg.method!r} needs recall demand: pass a trace directory or --synthetic SPEC "
             "(e.g. 'correction=0.6,hit=0.8')"
         )
-    check_replay(method, cfg, demand)
+    check_replay(cfg, demand)
     rng = np.random.default_rng(seed)
     used = demand is not None and method.uses_demand(demand.method, cfg.transplant_method)
     bd = batch_demand(demand if used else None, cfg, model, rng)
@@ -283,6 +242,10 @@ def _demand_notes(prep: Prepared, demand: Demand | None) -> list[str]:
     notes: list[str] = []
     method, cfg = prep.method, prep.cfg
     if demand is None:
+        return notes
+    if demand.dense_attention:  # only models that need no demand get here (check_replay)
+        notes.append(f"the trace is of dense attention (method {demand.method}): it holds no recall demand; "
+                     f"the {cfg.method} model needs none")
         return notes
     if not method.uses_demand(demand.method, cfg.transplant_method):
         if method.optional_demand() and demand.method is not None:

@@ -2,7 +2,8 @@
 
     dse capacity --model M --hardware P1,P2 --method freekv,dense,quest --input-tokens I
                  --output-tokens O --slo-ms X [--slo-stat mean|p99] [--demand TRACE|SPEC|preset:NAME]
-                 [--implementation as-published|ideal] [--prices FILE] [--csv FILE] [--json FILE]
+                 [--implementation as-published|ideal] [--transplant-method] [--prices FILE] [--csv FILE]
+                 [--json FILE]
 
 The search, the step sampling and the "what binds" rule are sim.capacity's (its docstring). Never imports
 torch.
@@ -18,7 +19,7 @@ from typing import Any
 
 import click
 
-from dse.commands.demand_option import DEMAND_HELP
+from dse.commands.demand_option import DEMAND_HELP, transplant_option
 
 __all__ = ["command", "load_prices"]
 
@@ -37,6 +38,7 @@ _CSV_COLUMNS = (
     "max_batch_memory",
     "memory_limit",
     "binds",
+    "transplanted_method",
 )
 
 
@@ -113,6 +115,7 @@ def _split(text: str, flag: str) -> list[str]:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="write the rows as CSV")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the answer as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
+@transplant_option
 def command(
     model: str,
     hardware: str,
@@ -133,11 +136,16 @@ def command(
     csv_path: Path | None,
     json_path: Path | None,
     seed: int,
+    transplant_method: bool,
 ) -> None:
     """Per hardware profile and method: the largest batch whose per-token latency meets --slo-ms at the
-    final context (input + output), its tokens/s, GPU and host memory, and what binds."""
+    final context (input + output), its tokens/s, GPU and host memory, and what binds.
+
+    Each method replays traces of its own runtime policy only; --transplant-method prices another
+    policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
+    demand; the others are refused (exit 2)."""
     from dse.commands import sim_inputs
-    from dse.commands.demand_option import resolve_demand
+    from dse.commands.demand_option import check_replayable, demand_use, resolve_demand
     from dse.paths import check_output_file
     from sim.capacity import capacity
     from sim.methods import method_class
@@ -152,6 +160,7 @@ def command(
         method_class(name)  # unknown method: a clear error before any simulation
     sim_inputs.check_max_positions(model, input_tokens, output_tokens)
     choice = resolve_demand(demand, model, seed)
+    check_replayable(names, choice.demand, transplant_method)
     given = dict(
         page_size=page_size,
         budget_tokens=budget_tokens,
@@ -166,25 +175,26 @@ def command(
     for hw in profiles:
         for name in names:
             cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
-                                             knobs.values, software)
-            needs = method_class(name).needs_demand
+                                             knobs.values, software, transplant_method)
+            used, moved = demand_use(cfg, choice.demand)
             ends = {"central": choice.demand}
-            if needs:
+            if used:
                 ends.update(choice.ends)
             for end, dem in ends.items():
-                ans = capacity(cfg, dem if needs else None, slo_ms / 1e3, slo_stat, seed)
+                ans = capacity(cfg, dem if used else None, slo_ms / 1e3, slo_stat, seed)
                 sampling_label = ans.sampling.label() if ans.sampling else sampling_label
                 row = {
                     "hardware": hw,
                     "method": name,
-                    "demand_end": end if needs else "n/a (no demand)",
+                    "demand_end": end if used else "n/a (no demand)",
                     **ans.to_dict(),
+                    "transplanted_method": choice.demand.method if moved else None,
                 }
                 hourly = price.get(hw, {}).get("price_per_hour_usd")
                 tps = row["tokens_per_s"]
                 row["tokens_per_s_per_usd_hour"] = tps / hourly if hourly and tps else None
                 rows.append(row)
-            for note in _replay_notes(cfg, choice.demand if needs else None):
+            for note in ([moved] if moved else []) + _replay_notes(cfg, choice.demand if used else None):
                 if note not in notes:
                     notes.append(note)
     payload = {
@@ -197,6 +207,7 @@ def command(
             "slo_ms": slo_ms,
             "slo_stat": slo_stat,
             "implementation": implementation,
+            "transplant_method": transplant_method,
             "knobs": knobs.to_dict()["values"],
         },
         "demand": {"label": choice.label, "provenance": choice.provenance},
@@ -255,7 +266,7 @@ def _print(payload: dict, priced: bool) -> None:
         cells = [
             r["hardware"],
             r["method"],
-            "-" if end.startswith("n/a") else end,
+            ("-" if end.startswith("n/a") else end) + (" (transplanted)" if r["transplanted_method"] else ""),
             str(r["batch"]),
             _fmt(r["per_token_mean_ms"], ".1f"),
             _fmt(r["per_token_p99_ms"], ".1f"),

@@ -1,12 +1,49 @@
-"""`--demand TRACE|SPEC|preset:NAME` as `dse capacity` and `dse serve` read it. Never imports torch."""
+"""`--demand TRACE|SPEC|preset:NAME` as `dse capacity` and `dse serve` read it, and `--transplant-method`
+as they and `dse sim` read it (the replay rules: sim/replay_rules.py). Never imports torch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DemandChoice", "resolve_demand", "DEMAND_HELP", "DEFAULT_DEMAND"]
+import click
+
+__all__ = ["DemandChoice", "resolve_demand", "DEMAND_HELP", "DEFAULT_DEMAND", "transplant_option",
+           "check_replayable", "demand_use"]
+
+TRANSPLANT_HELP = (
+    "price a trace of one runtime policy with another method's model (refused otherwise); labelled "
+    "'demand of <trace method> transplanted onto <method>' in every output"
+)
+
+
+def transplant_option(command: Callable) -> Callable:
+    """The `--transplant-method` flag (SimConfig.transplant_method) of dse sim, capacity and serve."""
+    return click.option("--transplant-method", is_flag=True, help=TRANSPLANT_HELP)(command)
+
+
+def check_replayable(methods: list[str], demand: Any, transplant: bool) -> None:
+    """Refuse up front, in one paragraph, the methods that cannot price `demand` (a trace of another
+    policy without --transplant-method, or of dense attention: sim.replay_rules)."""
+    from sim.errors import SimInputError
+    from sim.replay_rules import replay_refusal
+
+    refusal = replay_refusal(methods, demand, transplant)
+    if refusal:
+        raise SimInputError(refusal)
+
+
+def demand_use(cfg: Any, demand: Any) -> tuple[bool, str | None]:
+    """(whether cfg's method prices `demand`, else it runs without one; the transplant label 'demand of
+    <policy> transplanted onto <method>' or None), as sim.engine decides them for `dse sim`."""
+    from sim.methods import get_method
+    from sim.replay_rules import method_transplant
+
+    method = get_method(cfg)
+    used = demand is not None and method.uses_demand(demand.method, cfg.transplant_method)
+    return used, method_transplant(method, cfg, demand)
 
 DEFAULT_DEMAND = "preset:freekv-tau0.9"
 
@@ -50,7 +87,8 @@ def resolve_demand(text: str | None, model: str, seed: int) -> DemandChoice:
 
         reader = open_trace(path)
         provenance = f"measured trace {path} ({reader.meta.model.name})"
-        return DemandChoice(demand_from_trace(reader, target_model=model), "trace", f"trace {path}",
-                            provenance, dict(reader.meta.runtime), {})
+        demand = demand_from_trace(reader, target_model=model)
+        label = f"trace {path}" + (" (dense attention: no recall demand)" if demand.dense_attention else "")
+        return DemandChoice(demand, "trace", label, provenance, dict(reader.meta.runtime), {})
     return DemandChoice(synthetic_demand(text, model=model, seed=seed), "synthetic", f"synthetic({text})",
                         "synthetic: rates given by the user", None, {})

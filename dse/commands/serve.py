@@ -2,7 +2,7 @@
 
     dse serve --model M --hardware P1,P2 --method freekv,dense --input-tokens I --output-tokens O
               --ttft-slo-s T --tpot-slo-ms X [--arrival-rate R | --requests FILE] [--n-requests N]
-              [--demand ...] [--implementation ...] [--json FILE] [--seed S]
+              [--demand ...] [--transplant-method] [--implementation ...] [--json FILE] [--seed S]
 
 Without --arrival-rate or --requests it searches the highest Poisson rate meeting both p99 SLOs; with
 --arrival-rate it simulates that rate; with --requests it replays the file's arrivals. Never imports torch.
@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from dse.commands.capacity import _split
-from dse.commands.demand_option import DEMAND_HELP
+from dse.commands.demand_option import DEMAND_HELP, transplant_option
 
 __all__ = ["command"]
 
@@ -76,6 +76,7 @@ __all__ = ["command"]
 )
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
+@transplant_option
 def command(
     model: str,
     hardware: str,
@@ -91,15 +92,21 @@ def command(
     implementation: str,
     json_path: Path | None,
     seed: int,
+    transplant_method: bool,
 ) -> None:
     """Serve a request stream with continuous batching (prefill blocks decode; memory-gated admission):
-    TTFT and per-token latency p50/p99, goodput, and the highest Poisson rate under both SLOs."""
+    TTFT and per-token latency p50/p99, goodput, and the highest Poisson rate under both SLOs.
+
+    Each method replays traces of its own runtime policy only; --transplant-method prices another
+    policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
+    demand; the others are refused (exit 2)."""
     from dse.commands import sim_inputs
-    from dse.commands.demand_option import resolve_demand
+    from dse.commands.demand_option import check_replayable, demand_use, resolve_demand
     from dse.paths import check_output_file
     from sim import SimInputError
     from sim.methods import method_class
     from sim.serving import StepCosts, load_requests, max_rate, poisson_requests, serve
+    from traces.models import get_model
 
     if arrival_rate is not None and requests_file is not None:
         raise SimInputError("give either --arrival-rate or --requests FILE, not both")
@@ -114,18 +121,23 @@ def command(
         output_tokens = max(r.output_tokens for r in fixed)
     sim_inputs.check_max_positions(model, input_tokens, output_tokens)
     choice = resolve_demand(demand, model, seed)
-    knobs = sim_inputs.resolve_knobs({}, choice.runtime)
-    out = []
+    check_replayable(names, choice.demand, transplant_method)
+    knobs = sim_inputs.resolve_knobs({}, choice.runtime, get_model(model).n_layers)
+    out, notes = [], []
     for hw in profiles:
         for name in names:
             cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
-                                             knobs.values)
-            costs = StepCosts(cfg, choice.demand if method_class(name).needs_demand else None, seed)
+                                             knobs.values, transplant_method=transplant_method)
+            used, moved = demand_use(cfg, choice.demand)
+            if moved and moved not in notes:
+                notes.append(moved)
+            costs = StepCosts(cfg, choice.demand if used else None, seed)
 
             def run_at(rate: float, costs: StepCosts = costs):
                 return serve(poisson_requests(rate, n_requests, input_tokens, output_tokens, seed), costs)
 
-            row: dict = {"hardware": hw, "method": name}
+            row: dict = {"hardware": hw, "method": name,
+                         "transplanted_method": choice.demand.method if moved else None}
             if fixed is not None:
                 row.update(
                     mode="requests file",
@@ -154,12 +166,14 @@ def command(
         "n_requests": len(fixed) if fixed else n_requests,
         "seed": seed,
         "implementation": implementation,
+        "transplant_method": transplant_method,
         "ttft_slo_s": ttft_slo_s,
         "tpot_slo_ms": tpot_slo_ms,
         "demand": {"label": choice.label, "provenance": choice.provenance},
         "model_of_serving": "continuous batching, FIFO, memory-gated admission at each sequence's final "
         "context, prefill blocks decode (no chunked prefill): sim/serving.py",
         "results": out,
+        "notes": notes,
     }
     if json_path is not None:
         from dse.paths import write_text
@@ -204,13 +218,14 @@ def _print(payload: dict) -> None:
         table.add_column(col, justify="left" if col in ("hardware", "method") else "right")
     for r in payload["results"]:
         st = r["stats"]
+        method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
         rate = "-" if r["rate_per_s"] is None else f"{r['rate_per_s']:.3g}"
         if st is None:
-            table.add_row(r["hardware"], r["method"], "0 (none meets)", *["-"] * 8)
+            table.add_row(r["hardware"], method, "0 (none meets)", *["-"] * 8)
             continue
         table.add_row(
             r["hardware"],
-            r["method"],
+            method,
             rate,
             f"{st['ttft_p50_s']:.2f}",
             f"{st['ttft_p99_s']:.2f}",
@@ -222,3 +237,5 @@ def _print(payload: dict) -> None:
             str(st["max_batch"]),
         )
     console.print(table)
+    for note in payload["notes"]:
+        console.print(f"[yellow]note:[/] {note}")

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from dse.commands.demand_option import transplant_option
+
 __all__ = ["command"]
 
 
@@ -122,12 +124,7 @@ def command() -> None:
     help="replay a stored study run's trace: the study YAML, storage URL or SQLite file (with --trial)",
 )
 @click.option("--trial", default=None, help="with --study: a trial number, 'dense' or 'untuned'")
-@click.option(
-    "--transplant-method",
-    is_flag=True,
-    help="price a trace of one runtime policy with another method's model (refused otherwise); labelled "
-    "'demand of <trace method> transplanted onto <method>' in every output",
-)
+@transplant_option
 def run_command(
     trace: Path | None,
     synthetic: str | None,
@@ -201,11 +198,7 @@ def run_command(
         cli_notes += [status] if status else []
         trace_info = {"path": str(trace), "complete": reader.complete, "truncated": reader.truncated,
                       "steps": reader.n_steps}
-        if runtime.get("method") == "full":  # dense attention: every layer dense, nothing selected or moved
-            cli_notes.append("the trace is of dense attention (method full): it holds no recall demand, so "
-                             "only the demand-free models (dense, full-offload, ...) replay it")
-        else:
-            demand = demand_from_trace(reader, target_model=model)
+        demand = demand_from_trace(reader, target_model=model)  # dense attention: Demand.dense_attention
     elif synthetic:
         from sim.demand_presets import get_preset, is_preset
 
@@ -239,7 +232,7 @@ def run_command(
     if method is None:  # the model of the trace's own policy (the runtime's dense policy: dense)
         from dse.objective import SIM_METHOD
 
-        own = demand.method if demand is not None else (runtime or {}).get("method")
+        own = demand.method if demand is not None else None
         method = SIM_METHOD.get(own, own) if own else "freekv"
     mode = implementation or ("both" if method == "all" else "as-published")
     modes = ["as-published", "ideal"] if mode == "both" else [mode]
@@ -251,16 +244,13 @@ def run_command(
             f"--timeline-steps must be comma-separated integers, got {timeline_steps!r}"
         ) from None
     methods = available_methods() if method == "all" else [method]
-    if method == "all" and demand is not None and not transplant_method:
-        from sim.engine import own_demand_methods
+    if method == "all":
+        from sim.replay_rules import replay_refusal, replayable_methods
 
-        methods, refused = own_demand_methods(methods, demand.method)
-        if refused:
-            cli_notes.append(
-                f"the trace holds the demand of {demand.method}; not replayed with the models of "
-                f"{', '.join(refused)} (each replays its own policy's trace; --transplant-method prices "
-                f"this one with them, labelled)"
-            )
+        refusal = replay_refusal(methods, demand, transplant_method)
+        methods = replayable_methods(methods, demand, transplant_method)[0]
+        if refusal:
+            cli_notes.append(f"not replayed: {refusal}")
     runs = [_run_batch(b, methods, modes, method, demand, base, seed, engine, steps) for b in batches]
     if csv_path is not None:
         _write_csv(csv_path, batches, runs)

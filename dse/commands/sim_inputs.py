@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.demand import DENSE_POLICY
 from sim.errors import SimInputError
 
 __all__ = ["DEFAULTS", "Resolved", "parse_dense_layers", "resolve_knobs", "trace_status_note",
@@ -61,8 +62,12 @@ def parse_dense_layers(text: str | None) -> tuple[int, ...] | None:
 
 
 def _from_trace(runtime: dict[str, Any], name: str) -> Any:
-    """The trace's value of a knob, or None where it did not record a usable one."""
+    """The trace's value of a knob, or None where it did not record a usable one. A trace of the dense
+    policy lists every layer as dense (freekv_runtime/api.py runtime_dict): that is what dense attention
+    is, not a choice of layers to replay a retrieval model with, so it is not taken."""
     value = runtime.get(name)
+    if name == "dense_layers" and runtime.get("method") == DENSE_POLICY:
+        return None
     if name == "dense_layers":
         if isinstance(value, (list, tuple)) and all(isinstance(x, int) for x in value):
             return tuple(sorted(int(x) for x in value))
@@ -134,13 +139,15 @@ def check_max_positions(model: str, input_tokens: int, output_tokens: int) -> No
         )
 
 
-
 def workload_config(model: str, hardware: str, method: str, input_tokens: int, output_tokens: int,
-                    implementation: str, knobs: dict[str, Any], software: str | None = None) -> Any:
+                    implementation: str, knobs: dict[str, Any], software: str | None = None,
+                    transplant_method: bool = False) -> Any:
     """The SimConfig of one (hardware, method) cell of `dse capacity` / `dse serve`: the workload, the
-    resolved retrieval knobs (`resolve_knobs(...).values`) and, if given, the software profile."""
+    resolved retrieval knobs (`resolve_knobs(...).values`), if given the software profile, and whether
+    another policy's trace is transplanted onto the method (--transplant-method)."""
     from sim import SimConfig
 
     extra = {} if software is None else {"software": software}
     return SimConfig(model=model, hardware=hardware, method=method, input_tokens=input_tokens,
-                     output_tokens=output_tokens, implementation=implementation, **knobs, **extra)
+                     output_tokens=output_tokens, implementation=implementation,
+                     transplant_method=transplant_method, **knobs, **extra)

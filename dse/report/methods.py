@@ -45,9 +45,9 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
 
 def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     from sim import load_profile
-    from sim.engine import own_demand_methods
     from sim.errors import SimInputError
     from sim.methods import available_methods, missing_methods
+    from sim.replay_rules import replayable_methods
 
     w = workload(data)
     steps = int(w["output_tokens"])
@@ -69,9 +69,11 @@ def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Bl
         if demand.synthetic:
             provenance["synthetic"].add(demand.synthetic)
         loaded = load_profile(profile)
-        own, refused = own_demand_methods(available_methods(), getattr(demand.demand, "method", None))
-        for name in refused:  # each model replays its own policy's trace (sim.engine.check_replay)
-            failed[name] = f"replays its own policy's traces, not {demand.demand.method}'s"
+        own, refused = replayable_methods(available_methods(), demand.demand)
+        for name in refused:  # each model replays its own policy's trace (sim/replay_rules.py)
+            failed[name] = ("needs recall demand; the trace is of dense attention"
+                            if demand.demand.dense_attention
+                            else f"replays its own policy's traces, not {demand.demand.method}'s")
         for method in own:
             for mode, store in zip(modes, (results, other), strict=True):
                 cfg = sim_config(

@@ -93,7 +93,7 @@ def resimulate(results: StudyResults, overrides: Overrides, seed: int = 0) -> St
         return results
     from dse.report.data import make_report_data
     from dse.report.sampled import sampled_decode
-    from dse.report.simulate import replay_demand, sim_config, sim_method
+    from dse.report.simulate import replay_demand, sim_config
     from sim import load_profile
 
     config = dict(results.config)
@@ -117,8 +117,8 @@ def resimulate(results: StudyResults, overrides: Overrides, seed: int = 0) -> St
     def redo(run: Any) -> Any:
         if data is None:
             return run
-        # dense attention replays no retrieval demand (its trace has no compressed layer)
-        demand = None if sim_method(run.config) == "dense" else replay_demand(data, run, seed)
+        # a dense-attention run's trace loads as Demand.dense_attention: the dense model needs none
+        demand = replay_demand(data, run, seed)
         sim: dict[str, dict] = {}
         for p, loaded in profiles.items():
             cfg = sim_config(

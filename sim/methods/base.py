@@ -68,6 +68,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
+from sim.demand import DENSE_POLICY
+
 if TYPE_CHECKING:
     from sim.config import SimConfig
     from sim.cost_model import CostModel
@@ -252,8 +254,11 @@ class Method(ABC):
 
     def uses_demand(self, demand_method: str | None, transplant: bool = False) -> bool:
         """Whether this method prices the demand of `demand_method` (a trace's policy; None: synthetic):
-        always when it needs demand, else only its own policy's (or a requested transplant's) when
+        never a trace of dense attention (sim.demand.DENSE_POLICY: it holds no recall demand); else always
+        when it needs demand, and only its own policy's (or a requested transplant's) when
         `own_demand_optional`."""
+        if demand_method == DENSE_POLICY:
+            return False
         if self.needs_demand:
             return True
         return self.optional_demand() and (demand_method == self.replays or transplant)

@@ -207,8 +207,9 @@ def test_cli_method_all_runs_own_and_demand_free_methods(tmp_path: Path) -> None
     ran = set(out["results"])
     assert {"freekv", "freekv-nohl", "dense", "h2o", "snapkv", "streamingllm"} <= ran
     assert not ran & {"arkvale", "shadowkv"}
-    refused = [n for n in out["notes"] if "not replayed with the models of" in n]
+    refused = [n for n in out["notes"] if n.startswith("not replayed: --method ")]
     assert len(refused) == 1 and "arkvale" in refused[0] and "shadowkv" in refused[0]
+    assert "'freekv' policy" in refused[0] and "--transplant-method" in refused[0]
     every = _cli([str(trace), *SIM_ARGS, "--method", "all", "--transplant-method", "--json"])
     assert every["results"]["arkvale"]["transplanted_method"] == "freekv"
     assert every["results"]["freekv"]["transplanted_method"] is None
@@ -216,12 +217,21 @@ def test_cli_method_all_runs_own_and_demand_free_methods(tmp_path: Path) -> None
 
 def test_cli_dense_attention_trace_replays_with_demand_free_models(tmp_path: Path, capsys) -> None:
     """A trace of the runtime's `full` policy (every layer dense) holds no recall demand: dense replays it
-    (also by default), a method that needs demand is refused with exit 2, never a traceback."""
+    (also by default), a method that needs demand is refused with exit 2, never a traceback, also with
+    --transplant-method; `--method all` runs the demand-free models and says why the others did not."""
     trace = make_trace(tmp_path / "t", method="full", dense_layers=tuple(range(get_model(MODEL).n_layers)))
     for extra in (["--method", "dense"], []):
         out = _cli([str(trace), *SIM_ARGS, *extra, "--json"])
         assert out["method"] == "dense"
         assert any("dense attention (method full)" in n for n in out["notes"])
-    rc = main(["sim", str(trace), *SIM_ARGS, "--method", "freekv"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "needs recall demand" in err and "Traceback" not in err
+    for extra in ([], ["--transplant-method"]):
+        rc = main(["sim", str(trace), *SIM_ARGS, "--method", "freekv", *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err
+        assert "--method freekv: the trace" in err and "is of dense attention" in err
+        assert "--transplant-method does not apply" in err and "dense, full-offload" in err
+    every = _cli([str(trace), *SIM_ARGS, "--method", "all", "--transplant-method", "--json"])
+    assert {"dense", "full-offload", "h2o"} <= set(every["results"]) and "freekv" not in every["results"]
+    assert all(r["transplanted_method"] is None for r in every["results"].values())
+    assert any(n.startswith("not replayed: --method freekv,") and "dense attention" in n
+               for n in every["notes"])
