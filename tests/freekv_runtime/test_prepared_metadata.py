@@ -12,6 +12,7 @@ import pytest
 import torch
 from test_policy_conformance import SHAPE, tiny_model
 
+from dse.commands.trace import _print_summary
 from freekv_runtime.api import TraceRequest, run_trace
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.model import ModelAdapter
@@ -26,7 +27,7 @@ RAZOR = RuntimeConfig(method="razorattention", page_size=16, budget_tokens=96, s
                       window_tokens=32)
 
 
-def test_razorattention_trace_records_its_probe(tmp_path) -> None:
+def test_razorattention_trace_records_its_probe(tmp_path, capsys) -> None:
     outcome = run_trace(TraceRequest(
         model="smollm2-135m", task=TaskSpec("passkey", context_tokens=320, n_samples=1, decode_tokens=4),
         runtime=RAZOR, out_dir=tmp_path / "run", device="cpu", random_weights=0, layers=2, random_init="cpu"))
@@ -46,6 +47,10 @@ def test_razorattention_trace_records_its_probe(tmp_path) -> None:
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["policy_probe"] == probe
     assert demand_from_trace(outcome.trace_dir).retrieval_share == pytest.approx(heads.mean())
+    _print_summary(summary)  # `dse trace`'s table
+    share = f"{heads.mean():.3f}"
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"retrieval KV heads (probe) │ {int(heads.sum())} of 6 ({share})" in printed
 
 
 def test_infinigen_publishes_its_calibration() -> None:
