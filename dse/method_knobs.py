@@ -84,7 +84,8 @@ def sim_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
         cls = method_class(method)
     except SimInputError:
         return {}
-    names = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
+    names = ({f.name for f in fields(cls) if f.metadata.get("option", True)}  # not what for_demand sets
+             if hasattr(cls, "__dataclass_fields__") else set())
     return {k: v for k, v in options.items() if k in names}
 
 

@@ -41,6 +41,7 @@ from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter, open_trace
 from traces.models import get_model
+from traces.probe import PROBE_KEY
 
 __all__ = [
     "TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "PolicyRunner", "resolve_device",
@@ -270,6 +271,9 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
     loaded = _load(req, device, dtype)
     spec = loaded.spec  # with --layers, the reduced architecture that actually ran
     timer = OpTimer(device)
+    # the runner prepares the policy (RazorAttention's probe, InfiniGen's calibration) before the trace's
+    # metadata is written, so that the metadata records what the probe found; it gets the writer below
+    runner = PolicyRunner(loaded, policy, None, timer, batch_size=req.batch_size)
     task_dict = req.task.to_dict()
     task_dict["decode_tokens"] = req.task.decode_tokens or task.default_decode_tokens
     meta = RunMetadata(
@@ -282,13 +286,13 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
         library_versions=library_versions(),
         timing_clock=timer.clock,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        extra=_weights_extra(req, loaded),
+        extra={**_weights_extra(req, loaded), **_probe_extra(policy)},
     )
     out_dir = Path(req.out_dir)
     trace_dir = out_dir / "trace"
     started = time.perf_counter()
     with TraceWriter.create(trace_dir, meta, overwrite=req.overwrite) as writer:
-        runner = PolicyRunner(loaded, policy, writer, timer, batch_size=req.batch_size)
+        runner.writer = writer
         intervals = task.run(req.task, runner, req.seed)
     wall_s = time.perf_counter() - started
     withheld: dict[str, float] = {}
@@ -332,6 +336,12 @@ def _weights_extra(req: TraceRequest, loaded: LoadedModel) -> dict[str, Any]:
                      accuracy="meaningless: random weights")
     return extra
 
+
+
+def _probe_extra(policy: KVPolicy) -> dict[str, Any]:
+    """RunMetadata.extra entry of what the policy's `prepare` found (traces.probe): {} when nothing."""
+    probe = policy.prepared_metadata()
+    return {PROBE_KEY: probe} if probe else {}
 
 
 def _write_summary(

@@ -173,10 +173,11 @@ def software_of(name: str) -> SoftwareProfile:
     return load_software(name)
 
 
-def memory_at(cfg: SimConfig) -> MemoryFit:
-    """Memory fit of `cfg` at its final context (input + output tokens)."""
+def memory_at(cfg: SimConfig, demand: Demand | None = None) -> MemoryFit:
+    """Memory fit of `cfg` at its final context (input + output tokens); `demand`: the trace the method
+    is set up with (`Method.for_demand`, e.g. RazorAttention's measured retrieval heads)."""
     model = get_model(cfg.model)
-    return memory_fit(get_method(cfg).memory(cfg, model), cfg, model, profile_of(cfg))
+    return memory_fit(get_method(cfg, demand).memory(cfg, model), cfg, model, profile_of(cfg))
 
 
 def evaluate_batch(
@@ -184,7 +185,7 @@ def evaluate_batch(
 ) -> BatchPoint:
     """Simulate `cfg` at `batch` over the sampled steps (memory checked at the final context)."""
     full = cfg.replace(batch_size=batch)
-    mem = memory_at(full)
+    mem = memory_at(full, demand)
     if not mem.fits:
         return BatchPoint(batch, float("nan"), float("nan"), float("nan"), mem, {}, {}, True)
     sampling = sampling or StepSampling.for_output(cfg.output_tokens)
@@ -285,7 +286,7 @@ def capacity(
     if not slo_s > 0:
         raise SimInputError(f"the per-token SLO must be a positive number of seconds, got {slo_s}")
     sampling = StepSampling.for_output(cfg.output_tokens)
-    mem1 = memory_at(cfg.replace(batch_size=1))
+    mem1 = memory_at(cfg.replace(batch_size=1), demand)
     points: dict[int, BatchPoint] = {}
 
     def meets(b: int) -> bool:

@@ -40,6 +40,11 @@ Mapping rules (documented in every output through `transplanted_from` / `synthet
   nothing, the mean ratio of the same layer and head is used) and replays no evictions.
 - methods: a dropping method (StreamingLLM, H2O, SnapKV, RaaS, RazorAttention) never fetches: its
   ratio is 0 and its evictions are what it dropped.
+- probe (RazorAttention's retrieval heads, meta.extra["policy_probe"], traces.probe): `retrieval_share` is
+  the share of retrieval KV heads of the traced model over all its layers; `retrieval_share_per_layer`
+  gives target layer l the share of its source layer round(l * (Ls - 1) / (Lt - 1)) (`layer_map` without
+  the move off dense layers: the probe measured every layer, dense ones too). A share transfers to
+  another model's head count as it is. Absent (None) when the trace records no probe.
 - candidate pages: ceil(context / p) - sink pages - window pages (at least 0), as the runtime's store
   (freekv_runtime/kv_store.py `candidate_range`: pages [sink, cur_page - window + 1), cur_page =
   (context - 1) // p, the partial last page inside the window) and the official runtime ([ns, n_pages -
@@ -56,10 +61,11 @@ import numpy as np
 
 from sim.errors import SimInputError
 from traces.models import ModelSpec, get_model
+from traces.probe import retrieval_heads_of
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
-    from traces import TraceReader
+    from traces import RunMetadata, TraceReader
 
 __all__ = ["Demand", "BatchDemand", "demand_from_trace", "batch_demand", "layer_map", "head_map",
            "replay_notes", "DENSE_POLICY"]
@@ -78,6 +84,9 @@ class Demand:
     H) bool; both None when nothing was recorded (synthetic demand: read as zeros).
     method: the runtime policy whose demand this is (None: synthetic, any method may replay it;
     DENSE_POLICY: dense attention, no recall demand, see `dense_attention`).
+    retrieval_share: share of retrieval KV heads RazorAttention's probe found on the traced model (all
+    layers); retrieval_share_per_layer (L,) float64: per target layer, the share of its source layer
+    (module docstring, "probe"); both None when the trace records no probe.
     timings_s[i]: per step measured timings (list of dicts) or empty; timing_clock per trace metadata.
     skipped_steps[i]: the first steps of source sequence i that fit the trace's budget and were left out
     (step 0 of the demand is the trace's step skipped_steps[i]); empty for synthetic demand.
@@ -99,6 +108,8 @@ class Demand:
     method: str | None = None
     evict_ratio: tuple[np.ndarray, ...] | None = None
     refactorised: tuple[np.ndarray, ...] | None = None
+    retrieval_share: float | None = None
+    retrieval_share_per_layer: np.ndarray | None = None
 
     @property
     def dense_attention(self) -> bool:
@@ -272,6 +283,7 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         refac.append(mapped(acc, "refac", bool))
         timings.append(tuple(acc["t"]))
     transplanted = src.name if tgt.name != src.name else None
+    share, share_per_layer = _probe_shares(meta, tgt, str(getattr(reader, "path", trace)))
     return Demand(
         model=tgt.name,
         corrected=tuple(corrected),
@@ -288,6 +300,8 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         method=str(meta.runtime.get("method") or "freekv"),
         evict_ratio=tuple(evict) if capacity is not None else None,
         refactorised=tuple(refac),
+        retrieval_share=share,
+        retrieval_share_per_layer=share_per_layer,
     )
 
 
@@ -320,6 +334,16 @@ def _dense_attention_demand(reader: TraceReader, src: ModelSpec, tgt: ModelSpec,
         evict_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
         refactorised=tuple(np.zeros(s, dtype=bool) for s in shapes),
     )
+
+
+def _probe_shares(meta: RunMetadata, target: ModelSpec, where: str) -> tuple[float | None, np.ndarray | None]:
+    """(share of retrieval KV heads on the traced model, (L_target,) share per target layer) from
+    RazorAttention's probe in the trace metadata, or (None, None) (module docstring, "probe")."""
+    heads = retrieval_heads_of(meta, where)  # (Ls, Hs) bool
+    if heads is None:
+        return None, None
+    per_source_layer = heads.mean(axis=1)
+    return float(heads.mean()), per_source_layer[layer_map(target.n_layers, meta.model.n_layers)]
 
 
 def replay_notes(demand: Demand | None, cfg: SimConfig) -> list[str]:

@@ -106,7 +106,7 @@ def prepare(
     sw = load_software(cfg.software) if software is None else software
     if cfg.software_overrides:
         sw = sw.with_overrides(cfg.software_overrides)
-    method = get_method(cfg)
+    method = get_method(cfg, demand)
     if method.needs_demand and demand is None:
         raise SimInputError(
             f"method {cfg.method!r} needs recall demand: pass a trace directory or --synthetic SPEC "
@@ -239,8 +239,8 @@ def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str
 
 
 def _demand_notes(prep: Prepared, demand: Demand | None) -> list[str]:
-    notes: list[str] = []
     method, cfg = prep.method, prep.cfg
+    notes: list[str] = list(method.notes())  # settings the method took from the trace, or why not
     if demand is None:
         return notes
     if demand.dense_attention:  # only models that need no demand get here (check_replay)

@@ -109,7 +109,7 @@ class StepCosts:
         self._step: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, float] = {}
         self._mem: dict[tuple[int, int], tuple[int, int]] = {}
-        one = memory_at(cfg.replace(batch_size=1))
+        one = memory_at(cfg.replace(batch_size=1), demand)
         self.gpu_capacity_bytes, self.host_capacity_bytes = one.gpu_capacity_bytes, one.host_capacity_bytes
         per_gpu, _ = self.per_seq_bytes(cfg.input_tokens, cfg.output_tokens)
         self.gpu_fixed_bytes = one.gpu_bytes - per_gpu  # weights, context, transient, fixed buffers
@@ -119,7 +119,8 @@ class StepCosts:
         key = (input_tokens, output_tokens)
         if key not in self._mem:
             cfg = self.cfg.replace(input_tokens=input_tokens, output_tokens=output_tokens)
-            one, two = memory_at(cfg.replace(batch_size=1)), memory_at(cfg.replace(batch_size=2))
+            one = memory_at(cfg.replace(batch_size=1), self.demand)
+            two = memory_at(cfg.replace(batch_size=2), self.demand)
             self._mem[key] = (two.gpu_bytes - one.gpu_bytes, two.host_bytes - one.host_bytes)
         return self._mem[key]
 

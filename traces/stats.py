@@ -35,6 +35,9 @@ from typing import Any
 import numpy as np
 
 from traces.errors import TraceError
+from traces.moved_bytes import token_bytes as moved_token_bytes
+from traces.moved_bytes import token_bytes_basis
+from traces.probe import policy_probe
 from traces.reader import TraceReader
 from traces.records import PrefillRecord, StepRecord
 
@@ -331,9 +334,11 @@ def trace_summary(
     """Everything a study report or the simulator needs from a trace, as a JSON-able dict (one pass).
 
     tau recomputes only the correction statistics; hits and recalls are what the run did. Recall bytes
-    count K and V of each missed head-page: page_size * head_dim * 2 * kv_dtype_bytes (default 2: a
-    16-bit KV cache as served on GPU, whatever dtype the traced run computed in). Fetched and evicted
-    bytes count K and V of each head-token the same way: head_dim * 2 * kv_dtype_bytes.
+    count what the trace's method moves of each missed head-page: page_size * head_dim * parts *
+    kv_dtype_bytes, parts = 2 (K and V), or 1 for ShadowKV (values only; traces.moved_bytes), and
+    kv_dtype_bytes default 2 (a 16-bit KV cache as served on GPU, whatever dtype the traced run computed
+    in). Fetched and evicted bytes count each head-token the same way: head_dim * parts * kv_dtype_bytes.
+    `policy_probe` is what the policy's prepare found (traces.probe), None when the trace records none.
     """
     acc = _Pass(reader, _check_tau(tau))
     sequences: set[int] = set()
@@ -359,7 +364,9 @@ def trace_summary(
     meta, model, n = reader.meta, reader.meta.model, max(acc.n_steps, 1)
     corr, hits, sim, moved = acc.correction(), acc.hits(), acc.similarity(), acc.movement()
     page_size = meta.runtime.get("page_size")
-    token_bytes = model.head_dim * 2 * kv_dtype_bytes  # K and V of one token of one KV head
+    method = meta.runtime.get("method")
+    token_bytes = moved_token_bytes(method, model.head_dim, kv_dtype_bytes)  # one token of one KV head
+    bytes_basis = token_bytes_basis(method, model.head_dim, kv_dtype_bytes)
     page_bytes = page_size * token_bytes if isinstance(page_size, int) else None
     fetched_step = moved.fetched_tokens_per_step
     missed_per_step = acc.all_missed / n
@@ -401,10 +408,7 @@ def trace_summary(
         "missed_pages_per_head_step": _ratio(acc.all_missed, n * n_sparse_heads),
         "attended_tokens_per_sparse_head_step": _ratio(acc.attended_sparse, n * n_sparse_heads),
         "recall_bytes_per_step": missed_per_step * page_bytes if page_bytes is not None else None,
-        "recall_bytes_basis": (
-            f"missed head-pages x page_size {page_size} x head_dim {model.head_dim} x 2 (K and V) x "
-            f"{kv_dtype_bytes} bytes per element"
-        ),
+        "recall_bytes_basis": f"missed head-pages x page_size {page_size} x {bytes_basis}",
         "fetched_tokens_per_step": fetched_step,
         "fetched_tokens_per_step_per_layer": moved.fetched_tokens_per_step_per_layer,
         "fetched_tokens_per_step_sync": moved.fetched_tokens_per_step_sync,
@@ -416,9 +420,8 @@ def trace_summary(
         "fetched_bytes_total": moved.fetched_tokens * token_bytes if moved.fetched_steps else None,
         "evicted_bytes_total": moved.evicted_tokens * token_bytes,
         "movement_basis": _movement_basis(moved, page_size),
-        "movement_bytes_basis": (
-            f"head-tokens x head_dim {model.head_dim} x 2 (K and V) x {kv_dtype_bytes} bytes per element"
-        ),
+        "movement_bytes_basis": f"head-tokens x {bytes_basis}",
+        "policy_probe": policy_probe(meta) or None,
         "timings_s": {
             "clock": meta.timing_clock,
             "step_mean": {k: timing_sum[k] / timing_steps[k] for k in sorted(timing_sum)},

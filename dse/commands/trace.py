@@ -120,6 +120,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     ]
     if summary.get("refactorised_heads_per_step"):
         rows.append(("re-factorised heads per step", _fmt(summary["refactorised_heads_per_step"], 2)))
+    probe = summary.get("policy_probe") or {}
+    if "retrieval_kv_heads" in probe:  # RazorAttention's probe (traces/probe.py)
+        rows.append(("retrieval KV heads (probe)", f"{probe['retrieval_kv_heads']} of {probe['kv_heads']} "
+                                                   f"({_fmt(probe['retrieval_share'])})"))
     step_mean = summary["timings_s"]["step_mean"]
     if "step_total" in step_mean:
         rows.append((f"decode ms/token ({summary['timings_s']['clock']} clock)",

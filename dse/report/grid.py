@@ -109,7 +109,8 @@ def capacity_grid(
             cfg = sim_config(
                 data, run.config, profile, batch_size=1, input_tokens=c, output_tokens=steps, method=m
             )
-            memory[(m, c)] = [(b, memory_of(cfg.replace(batch_size=b), loaded)) for b in batches]
+            memory[(m, c)] = [(b, memory_of(cfg.replace(batch_size=b), loaded, demand.demand))
+                              for b in batches]
             max_batch[(m, c)] = int(memory[(m, c)][0][1]["max_batch"])
     return CapacityGrid(
         profile=profile,

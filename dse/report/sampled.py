@@ -43,7 +43,7 @@ def sampled_decode(cfg: Any, demand: Any, seed: int, profile: Any) -> dict[str, 
         out = run_simulation(cfg, demand, seed=seed, profile=profile).to_dict()
         out["sampled"] = _label(cfg.output_tokens, cfg.output_tokens, 1)
         return out
-    memory = memory_of(cfg, profile)  # at the final context (input + output)
+    memory = memory_of(cfg, profile, demand)  # at the final context (input + output)
     if not memory["fits"]:
         out = run_simulation(cfg, demand, seed=seed, profile=profile).to_dict()  # OOM: returns at once
         out["sampled"] = _label(0, cfg.output_tokens, 0)

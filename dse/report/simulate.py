@@ -155,15 +155,16 @@ def simulate(
     return run_simulation(cfg, demand.demand, seed=seed, profile=profile, timeline_steps=timeline_steps)
 
 
-def memory_of(cfg: Any, profile: Any) -> dict[str, Any]:
+def memory_of(cfg: Any, profile: Any, demand: Any = None) -> dict[str, Any]:
     """sim.memory.MemoryFit of cfg as a dict (gpu_bytes, host_bytes, fits, max_batch, gpu_capacity_bytes,
-    ...): the memory model alone, no simulation, at the context of the last decode step."""
+    ...): the memory model alone, no simulation, at the context of the last decode step; demand: the
+    sim.Demand the method is set up with (e.g. RazorAttention's measured retrieval heads), or None."""
     from sim.memory import memory_fit
     from sim.methods import get_method
     from traces.models import get_model
 
     model = get_model(cfg.model)
-    return memory_fit(get_method(cfg).memory(cfg, model), cfg, model, profile).to_dict()
+    return memory_fit(get_method(cfg, demand).memory(cfg, model), cfg, model, profile).to_dict()
 
 
 def workload(data: ReportData) -> dict[str, Any]:

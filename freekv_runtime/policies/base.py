@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -164,6 +164,13 @@ class KVPolicy(ABC):
         """Called once by the runtime after the model is loaded and before any `new_state`: read what the
         method needs of the model (RazorAttention's head probe, InfiniGen's projections). Default: none."""
         return
+
+    def prepared_metadata(self) -> dict[str, Any]:
+        """What `prepare` found, as a small JSON-able dict (plain ints, floats, strings, lists, dicts), or
+        {} for nothing: `run_trace` records it in the trace metadata as `meta.extra["policy_probe"]`
+        (RazorAttention's retrieval heads, InfiniGen's calibration summary). Called after `prepare`.
+        Default: {}."""
+        return {}
 
     @abstractmethod
     def new_state(

@@ -52,6 +52,7 @@ The CUDA path (copy stream, events, pinned staging) was not run on a GPU here.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -125,6 +126,20 @@ class InfiniGenPolicy(KVPolicy):
         skews = calibrate(model, sparse, float(self.knobs["partial_ratio"]), int(self.knobs["calib_tokens"]),
                           int(self.knobs["calib_seed"]))
         self._prepared = _Prepared(model, skews)
+
+    def prepared_metadata(self) -> dict[str, Any]:
+        """The calibration's summary for the trace metadata (traces.probe): calibration prompt tokens,
+        partial_ratio, skewed layers, and the mean count of partial columns per (layer, KV head) (the
+        union of the query's and the key's top int(d * ratio) columns, so between int(d * ratio) and
+        twice that) with the head dim; {} before `prepare`."""
+        if self._prepared is None:
+            return {}
+        skews = self._prepared.skews
+        cols = [float(t.col_mask.sum(dim=1).mean()) for t in skews.values()]
+        head_dim = next(iter(skews.values())).skew.shape[-1] if skews else 0
+        return {"calibration_tokens": int(self.knobs["calib_tokens"]),
+                "partial_ratio": float(self.knobs["partial_ratio"]), "skewed_layers": len(skews),
+                "partial_columns_mean": float(np.mean(cols)) if cols else 0.0, "head_dim": int(head_dim)}
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> InfiniGenState:

@@ -20,8 +20,10 @@ The ceil(induction_fraction * L * Hq) heads of highest induction score and the c
 Hq) of highest echo score (ranked over all layers and heads, as the paper does; ties to the lower index)
 are retrieval query heads. GQA: a KV head is a retrieval head if any query head of its group is (its
 cache is shared by the group; the paper's models are MHA and it does not say). The result is
-deterministic (seeded) and kept on the policy (`retrieval_heads`, `induction_scores`, `echo_scores`) and
-logged (logger of this module); trace metadata is written before `prepare` runs, so it is not there.
+deterministic (seeded), kept on the policy (`retrieval_heads`, `induction_scores`, `echo_scores`), logged
+(logger of this module) and published by `prepared_metadata` (traces.probe.retrieval_probe: the retrieval
+KV heads per layer and their share), which `run_trace` records in the trace as
+`meta.extra["policy_probe"]`; the simulator's RazorAttention model replays that measured share.
 
 Decode of a sparse layer (see freekv_runtime.policies._dropping): prefill is dense; when the context
 exceeds budget_tokens, a non-retrieval KV head keeps the sink [0, S) and the newest W = budget_tokens -
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,6 +73,7 @@ from freekv_runtime.policies.base import (
     PrefillOnlyState,
 )
 from freekv_runtime.timing import OpTimer
+from traces.probe import retrieval_probe
 
 __all__ = ["RazorAttentionPolicy", "RazorAttentionState", "ProbeState", "retrieval_kv_heads", "DEFAULTS"]
 
@@ -246,6 +250,13 @@ class RazorAttentionPolicy(KVPolicy):
         log.info("razorattention probe: %d of %d KV heads are retrieval heads: %s",
                  int(self.retrieval_heads.sum()), self.retrieval_heads.size,
                  [tuple(int(x) for x in lh) for lh in np.argwhere(self.retrieval_heads)])
+
+    def prepared_metadata(self) -> dict[str, Any]:
+        """The probe's result for the trace metadata (traces.probe.retrieval_probe); {} before `prepare`."""
+        if self.retrieval_heads is None:
+            return {}
+        return retrieval_probe(self.retrieval_heads,
+                               int(self.extra["probe_tokens"]) * int(self.extra["probe_repeats"]))
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> RazorAttentionState:

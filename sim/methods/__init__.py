@@ -15,6 +15,7 @@ from sim.errors import SimInputError
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
+    from sim.demand import Demand
     from sim.methods.base import Method
 
 __all__ = ["METHODS", "method_class", "get_method", "available_methods", "missing_methods"]
@@ -56,9 +57,10 @@ def method_class(name: str) -> type[Method]:
     return getattr(module, attr)
 
 
-def get_method(cfg: SimConfig) -> Method:
-    """Build the method named by `cfg.method` from its options."""
-    return method_class(cfg.method).from_config(cfg)
+def get_method(cfg: SimConfig, demand: Demand | None = None) -> Method:
+    """Build the method named by `cfg.method` from its options, set up with what `demand` recorded beyond
+    the per-step demand (`Method.for_demand`, e.g. RazorAttention's measured retrieval heads)."""
+    return method_class(cfg.method).from_config(cfg).for_demand(demand, cfg.transplant_method)
 
 
 def available_methods() -> list[str]:

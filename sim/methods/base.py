@@ -73,7 +73,7 @@ from sim.demand import DENSE_POLICY
 if TYPE_CHECKING:
     from sim.config import SimConfig
     from sim.cost_model import CostModel
-    from sim.demand import BatchDemand
+    from sim.demand import BatchDemand, Demand
     from sim.hardware import HardwareProfile
     from sim.software import SoftwareProfile
     from traces.models import ModelSpec
@@ -271,13 +271,15 @@ class Method(ABC):
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Method:
         """Build from `cfg.method_options`: each option is a dataclass field of the method (its
-        `__post_init__` checks the values); unknown options are an error naming the valid ones."""
+        `__post_init__` checks the values; a field with metadata {"option": False} is set by `for_demand`,
+        not by the user); unknown options are an error naming the valid ones."""
         from dataclasses import fields
 
         from sim.errors import SimInputError
 
         options = dict(cfg.method_options)
-        valid = [f.name for f in fields(cls)] if hasattr(cls, "__dataclass_fields__") else []
+        valid = ([f.name for f in fields(cls) if f.metadata.get("option", True)]
+                 if hasattr(cls, "__dataclass_fields__") else [])
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise SimInputError(
@@ -285,6 +287,17 @@ class Method(ABC):
                 f"valid: {', '.join(valid) if valid else 'none (this method takes no options)'}"
             )
         return cls(**options)
+
+    def for_demand(self, demand: Demand | None, transplant: bool = False) -> Method:
+        """This method set up with what `demand` recorded beyond its per-step demand (e.g. RazorAttention's
+        measured share of retrieval heads), for template, work and memory alike; transplant: the user
+        asked to price another policy's trace (SimConfig.transplant_method). Default: itself."""
+        return self
+
+    def notes(self) -> tuple[str, ...]:
+        """Lines for SimResult.notes on where this configured method's settings came from (e.g. a share
+        taken from the trace). Default: none."""
+        return ()
 
     @abstractmethod
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:

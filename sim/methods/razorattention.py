@@ -3,15 +3,19 @@
 Source: Tang et al., "RazorAttention: Efficient KV Cache Compression Through Retrieval Heads"
 (arXiv 2407.15891). Assumptions (docs/methods.md has the discussion):
 
-- Static, decided once after prefill: a fraction `retrieval_fraction` of the KV heads of every layer
-  (echo and induction heads; 0.15 in the FreeKV paper's setup, its "sparsity 0.15") keeps the full
-  KV cache; every other KV head keeps `budget_tokens` tokens (the sink plus the most recent tokens)
-  and one compensation token that summarises the dropped ones. Dropped tokens are gone for good.
+- Static, decided once after prefill: a share f_l of the KV heads of layer l (echo and induction heads)
+  keeps the full KV cache; every other KV head keeps `budget_tokens` tokens (the sink plus the most
+  recent tokens) and one compensation token that summarises the dropped ones. Dropped tokens are gone.
+- Where f_l comes from, in this order (`notes()` says which): `method_options.retrieval_fraction`, the
+  same for every layer, when the user gives it; else, replaying a RazorAttention trace that records the
+  runtime's retrieval-head probe (meta.extra["policy_probe"], sim.demand "probe"), the measured share of
+  retrieval KV heads per layer (per target layer through the demand's layer map when transplanted onto
+  another model); else 0.15 for every layer, the FreeKV paper's setup (its "sparsity 0.15").
 - All on the GPU: no selection, no recall, no host memory, no link traffic.
 - Per step and layer: one attention pass; retrieval heads attend the whole context, the others
   budget + 1 tokens. The attention kernel is memory bound, so its time follows the bytes read:
-  per KV head on average f * context + (1 - f) * (budget + 1) tokens.
-- Memory: exactly what is kept: f * context + (1 - f) * (budget + 1) tokens per KV head and layer.
+  per KV head of layer l on average f_l * context + (1 - f_l) * (budget + 1) tokens.
+- Memory: exactly what is kept: f_l * context + (1 - f_l) * (budget + 1) tokens per KV head of layer l.
 
 As published: RazorAttention has no public code; the FreeKV paper's re-implementation (rooikeee/FreeKV
 accuracy/kvc/patch/llama.py `llama_dyn_attention_forward` 39-260, a DuoAttention-style split of the KV
@@ -24,8 +28,8 @@ the new K/V onto the full and the streaming caches (4 kernels, 176-196), sink/re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -37,7 +41,12 @@ from sim.methods.eager import decoder_host_s, with_host
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
-__all__ = ["RazorAttention", "RAZOR_ATTENTION"]
+if TYPE_CHECKING:
+    from sim.demand import Demand
+
+__all__ = ["RazorAttention", "RAZOR_ATTENTION", "PAPER_FRACTION"]
+
+PAPER_FRACTION = 0.15  # the FreeKV paper's RazorAttention setup ("sparsity 0.15")
 
 # accuracy/kvc/patch/llama.py 115-254 (module docstring)
 RAZOR_ATTENTION = HostOps(torch_ops=9, python_ops=6)
@@ -45,40 +54,90 @@ RAZOR_ATTENTION = HostOps(torch_ops=9, python_ops=6)
 
 @dataclass(frozen=True)
 class RazorAttention(Method):
-    """RazorAttention (module docstring). retrieval_fraction: share of KV heads that keep everything."""
+    """RazorAttention (module docstring). retrieval_fraction: share of KV heads that keep everything, in
+    every layer (None: the trace's measured share when it records the probe, else PAPER_FRACTION).
+    `measured_per_layer`, `measured_share` and `source` are set by `for_demand`, not by the user."""
 
-    retrieval_fraction: float = 0.15
+    retrieval_fraction: float | None = None
+    measured_per_layer: tuple[float, ...] | None = field(default=None, metadata={"option": False})
+    measured_share: float | None = field(default=None, metadata={"option": False})
+    source: str = field(default="", metadata={"option": False})
 
     name: ClassVar[str] = "razorattention"
     replays: ClassVar[str | None] = "razorattention"
     summary: ClassVar[str] = "retrieval heads keep full KV, other heads sink + window (static drop)"
     needs_demand: ClassVar[bool] = False
+    own_demand_optional: ClassVar[bool] = True  # its own trace's probe replaces the paper's 0.15
     sources: ClassVar[tuple[str, ...]] = (
         "Tang et al., RazorAttention: Efficient KV Cache Compression Through Retrieval Heads "
         "(arXiv 2407.15891): full cache for echo/induction heads, sink + window + compensation token "
         "for the rest",
         "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: RazorAttention with sparsity 0.15",
+        "freekv_runtime/policies/razorattention.py: the runtime's retrieval-head probe, recorded in its "
+        "traces (traces/probe.py)",
     )
 
     def __post_init__(self) -> None:
         f = self.retrieval_fraction
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1:
+        if f is not None and (not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1):
             raise SimInputError(f"method_options.retrieval_fraction must be in [0, 1], got {f!r}")
+
+    def for_demand(self, demand: Demand | None, transplant: bool = False) -> RazorAttention:
+        """Take the measured share of retrieval heads from a trace that records RazorAttention's probe,
+        unless the user set retrieval_fraction (module docstring)."""
+        if demand is None:
+            return replace(self, source="no trace")
+        share, per_layer = demand.retrieval_share, demand.retrieval_share_per_layer
+        if share is None or per_layer is None:
+            return replace(self, source="synthetic demand" if demand.synthetic
+                           else "the trace records no retrieval-head probe")
+        traced = demand.transplanted_from or demand.model
+        measured = f"the trace's retrieval-head probe measured {share:.1%} of {traced}'s KV heads"
+        if self.retrieval_fraction is not None:
+            return replace(self, measured_share=share, source=measured)
+        mapped = f" (its layers mapped onto {demand.model}'s)" if demand.transplanted_from else ""
+        return replace(self, measured_per_layer=tuple(float(x) for x in per_layer), measured_share=share,
+                       source=f"{measured}, used per layer{mapped}")
+
+    def notes(self) -> tuple[str, ...]:
+        if self.retrieval_fraction is not None:
+            tail = f" ({self.source})" if self.measured_share is not None else ""
+            return (f"razorattention retrieval_fraction {self.retrieval_fraction:g} from "
+                    f"method_options{tail}",)
+        if self.measured_per_layer is not None:
+            return (f"razorattention retrieval heads: {self.source}",)
+        return (f"razorattention retrieval_fraction {PAPER_FRACTION:g} (the FreeKV paper's setup): "
+                f"{self.source or 'no trace'}",)
+
+    def fractions(self, n_layers: int) -> np.ndarray:
+        """(L,) float64 share of retrieval KV heads per layer (module docstring, in its order)."""
+        if self.retrieval_fraction is not None:
+            return np.full(n_layers, float(self.retrieval_fraction))
+        if self.measured_per_layer is not None:
+            if len(self.measured_per_layer) != n_layers:
+                raise SimInputError(
+                    f"razorattention: the trace's probe gives {len(self.measured_per_layer)} layers, the "
+                    f"simulated model has {n_layers}; build the demand for the simulated model "
+                    "(demand_from_trace(..., target_model=...))")
+            return np.asarray(self.measured_per_layer, dtype=np.float64)
+        return np.full(n_layers, PAPER_FRACTION)
+
+    @staticmethod
+    def kept_tokens(context: np.ndarray | int, budget_tokens: int, fractions: np.ndarray) -> np.ndarray:
+        """Tokens kept per KV head on average, shape context.shape + (L,): at `context` tokens with a share
+        fractions (L,) of retrieval heads per layer (retrieval heads keep all)."""
+        ctx = np.asarray(context, dtype=np.float64)[..., None]
+        f = np.asarray(fractions, dtype=np.float64)
+        return f * ctx + (1.0 - f) * np.minimum(ctx, budget_tokens + 1)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return DENSE_LAYER_OPS  # same layer as dense: only the attended tokens differ
 
-    def kept_tokens(self, context: np.ndarray | int, budget_tokens: int) -> np.ndarray:
-        """Tokens kept per KV head on average at `context` tokens (retrieval heads keep all)."""
-        ctx = np.asarray(context, dtype=np.float64)
-        f = float(self.retrieval_fraction)
-        return f * ctx + (1.0 - f) * np.minimum(ctx, budget_tokens + 1)
-
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem = ctx.cfg, ctx.cost, ctx.demand
         dense = dem.dense_layer[None, :]
-        kept = self.kept_tokens(dem.context_tokens, cfg.budget_tokens)
-        tokens = np.where(dense, dem.context_tokens[:, None].astype(np.float64), kept[:, None])
+        kept = self.kept_tokens(dem.context_tokens, cfg.budget_tokens, self.fractions(ctx.model.n_layers))
+        tokens = np.where(dense, dem.context_tokens[:, None].astype(np.float64), kept)  # (S, L)
         return with_host({
             "qkv": Kernel(ctx.full(cost.qkv_s())),
             "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
@@ -89,9 +148,8 @@ class RazorAttention(Method):
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         ctx_tokens = cfg.max_context_tokens
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
+        dense = np.isin(np.arange(model.n_layers), [x for x in cfg.dense_layers if x < model.n_layers])
         per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
-        kept = float(self.kept_tokens(ctx_tokens, cfg.budget_tokens))
-        gpu = per_token_layer * (n_sparse * kept + n_dense * ctx_tokens)
+        kept = self.kept_tokens(ctx_tokens, cfg.budget_tokens, self.fractions(model.n_layers))  # (L,)
+        gpu = per_token_layer * float(np.where(dense, ctx_tokens, kept).sum())
         return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(round(gpu)), host_per_seq_bytes=0)

@@ -29,10 +29,11 @@ def make_trace(
     clock: str = "wall",
     timings: bool = False,
     method: str = "freekv",
+    extra: dict | None = None,
 ) -> Path:
     """Write a FreeKV trace: per step, layer and head a similarity, corrected = similarity < tau, the
     selected pages (the budget's worth) and a random subset of them as missed. `method`: the runtime
-    policy the metadata names (meta.runtime["method"])."""
+    policy the metadata names (meta.runtime["method"]); `extra`: meta.extra (e.g. a policy probe)."""
     rng = np.random.default_rng(seed)
     model = get_model("smollm2-135m")
     L, H = model.n_layers, model.n_kv_heads
@@ -56,6 +57,7 @@ def make_trace(
         library_versions={"numpy": np.__version__},
         timing_clock=clock,  # type: ignore[arg-type]
         created_utc="2026-11-22T00:00:00+00:00",
+        extra=dict(extra or {}),
     )
     empty = np.zeros(0, np.int32)
     with TraceWriter.create(path, meta) as w:
