@@ -3,22 +3,14 @@ reports a finite maximum with the peer and setting it came from."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout_freekv.py"
+from benchmark_script import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("heldout_freekv", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["heldout_freekv"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("heldout_freekv")
 
 
 def test_rows_are_peer_over_freekv() -> None:

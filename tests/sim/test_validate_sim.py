@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_sim.py"
+from benchmark_script import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("validate_sim", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_sim"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("validate_sim")
 
 
 def test_two_rows_predict_and_tally() -> None:
