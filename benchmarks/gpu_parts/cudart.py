@@ -82,27 +82,8 @@ class Cudart:
             raise CudaError(f"cudaMemcpyBatchAsync needs CUDA runtime >= 12.8 (this is {self.version})")
         dsts, srcs, sizes, n = arrays
         attr = ctypes.byref(self._attr)
-        if self.version >= 13000:
-            code = self.lib.cudaMemcpyBatchAsync(
-                dsts,
-                srcs,
-                sizes,
-                ctypes.c_size_t(n),
-                attr,
-                self._attr_idx,
-                ctypes.c_size_t(1),
-                ctypes.c_void_p(stream),
-            )
-        else:
-            code = self.lib.cudaMemcpyBatchAsync(
-                dsts,
-                srcs,
-                sizes,
-                ctypes.c_size_t(n),
-                attr,
-                self._attr_idx,
-                ctypes.c_size_t(1),
-                ctypes.byref(self._fail_idx),
-                ctypes.c_void_p(stream),
-            )
+        args = [dsts, srcs, sizes, ctypes.c_size_t(n), attr, self._attr_idx, ctypes.c_size_t(1)]
+        if self.version < 13000:  # CUDA 12.8-12.9 also take a failure-index out-parameter
+            args.append(ctypes.byref(self._fail_idx))
+        code = self.lib.cudaMemcpyBatchAsync(*args, ctypes.c_void_p(stream))
         self._check(code, "cudaMemcpyBatchAsync")

@@ -29,6 +29,7 @@ Shapes: b batch, Hq / Hkv query / KV heads, G = Hq / Hkv, N cached tokens, T pro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -96,6 +97,11 @@ def lowest_kept(score: torch.Tensor, candidate: torch.Tensor, n_drop: int) -> to
     ranked = score.masked_fill(~candidate, float("inf"))
     order = torch.sort(ranked, dim=-1, stable=True).indices
     return order[..., :n_drop]
+
+
+def int_at_least(low: int) -> Callable[[object], bool]:
+    """A knob predicate for `checked_extra`: an integer (not a bool) >= low."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
 def checked_extra(config: RuntimeConfig, method: str, defaults: dict[str, object],

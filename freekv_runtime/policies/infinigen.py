@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.model import apply_rope
 from freekv_runtime.policies._dense import attention_mass, dense_decode
-from freekv_runtime.policies._dropping import checked_extra, masked_decode
+from freekv_runtime.policies._dropping import checked_extra, int_at_least, masked_decode
 from freekv_runtime.policies._infinigen_skew import LayerSkew, calibrate
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
@@ -81,18 +81,14 @@ __all__ = ["InfiniGenPolicy", "InfiniGenState", "DEFAULTS"]
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
-def _int_at_least(low: int):  # noqa: ANN202
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
 DEFAULTS: dict[str, object] = {"partial_ratio": 0.2, "alpha": 5.0, "calib_tokens": 512, "calib_seed": 0}
 _CHECKS = {
     "partial_ratio": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1,
                       "a number in (0, 1] (share of a head's skewed columns used for speculation)"),
     "alpha": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
               "a positive number (logit margin below the maximum)"),
-    "calib_tokens": (_int_at_least(16), "an integer >= 16 (calibration prompt tokens)"),
-    "calib_seed": (_int_at_least(0), "a non-negative integer (calibration prompt seed)"),
+    "calib_tokens": (int_at_least(16), "an integer >= 16 (calibration prompt tokens)"),
+    "calib_seed": (int_at_least(0), "a non-negative integer (calibration prompt seed)"),
 }
 
 

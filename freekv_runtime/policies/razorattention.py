@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, masked_decode
+from freekv_runtime.policies._dropping import DroppingState, checked_extra, int_at_least, masked_decode
 from freekv_runtime.policies.base import (
     AttentionShape,
     KVPolicy,
@@ -87,16 +87,12 @@ def _fraction(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
 
 
-def _int_at_least(low: int):  # noqa: ANN202 - a predicate
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
 _CHECKS = {
     "induction_fraction": (_fraction, "a number in [0, 1] (fraction of query heads kept as induction heads)"),
     "echo_fraction": (_fraction, "a number in [0, 1] (fraction of query heads kept as echo heads)"),
-    "probe_tokens": (_int_at_least(2), "an integer >= 2 (the probe's random segment length)"),
-    "probe_repeats": (_int_at_least(2), "an integer >= 2 (times the probe segment is repeated)"),
-    "probe_seed": (_int_at_least(0), "an integer >= 0 (seed of the probe tokens)"),
+    "probe_tokens": (int_at_least(2), "an integer >= 2 (the probe's random segment length)"),
+    "probe_repeats": (int_at_least(2), "an integer >= 2 (times the probe segment is repeated)"),
+    "probe_seed": (int_at_least(0), "an integer >= 0 (seed of the probe tokens)"),
     "compensation": (lambda v: v in ("count", "single", "none"), '"count", "single" or "none"'),
 }
 _QUERY_CHUNK = 256  # probe queries per block: bounds the probe's memory to (b, Hq, chunk, T)

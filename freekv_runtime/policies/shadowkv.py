@@ -68,7 +68,7 @@ from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import DenseKVStore
 from freekv_runtime.model import RopeTable, apply_rope
 from freekv_runtime.policies._dense import attention_mass, dense_decode
-from freekv_runtime.policies._dropping import checked_extra, lowest_kept
+from freekv_runtime.policies._dropping import checked_extra, int_at_least, lowest_kept
 from freekv_runtime.policies._lowrank import LowRankKeys, chunk_landmarks
 from freekv_runtime.policies._reuse import apply_plans, plan_reuse
 from freekv_runtime.policies._step_log import StepLog
@@ -88,15 +88,10 @@ __all__ = ["ShadowKVPolicy", "ShadowKVState"]
 _DEFAULTS: dict[str, object] = {"rank": 160, "outlier_chunks": None, "refactor_interval": None}
 
 
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 _CHECKS = {
-    "rank": (_positive_int, "a positive integer (the SVD rank)"),
-    "outlier_chunks": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-                       "a non-negative integer (outlier chunks per KV head)"),
-    "refactor_interval": (_positive_int, "a positive integer (decode steps between re-factorisations)"),
+    "rank": (int_at_least(1), "a positive integer (the SVD rank)"),
+    "outlier_chunks": (int_at_least(0), "a non-negative integer (outlier chunks per KV head)"),
+    "refactor_interval": (int_at_least(1), "a positive integer (decode steps between re-factorisations)"),
 }
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, prompt_attention
+from freekv_runtime.policies._dropping import DroppingState, checked_extra, int_at_least, prompt_attention
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
 
@@ -35,9 +35,8 @@ __all__ = ["SnapKVPolicy", "SnapKVState", "DEFAULTS"]
 
 DEFAULTS: dict[str, object] = {"observation_tokens": 64, "kernel_size": 5, "pooling": "avg"}
 _CHECKS = {
-    "observation_tokens": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                           "a positive integer (prompt queries that vote)"),
-    "kernel_size": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v % 2 == 1,
+    "observation_tokens": (int_at_least(1), "a positive integer (prompt queries that vote)"),
+    "kernel_size": (lambda v: int_at_least(1)(v) and v % 2 == 1,
                     "an odd positive integer (tokens pooled around each vote)"),
     "pooling": (lambda v: v in ("avg", "max"), '"avg" or "max"'),
 }
