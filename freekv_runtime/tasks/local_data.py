@@ -46,24 +46,24 @@ class DataSource:
     patterns: tuple[str, ...]
 
 
-def hub_roots() -> list[Path]:
+def _cache_roots(own_var: str, subdir: str) -> list[Path]:
+    """Where the Hugging Face libraries keep `subdir` ("hub" or "datasets"): $own_var, $HF_HOME/subdir,
+    ~/.cache/huggingface/subdir, in that order, without repeats."""
     env = os.environ
     roots = [
-        env.get("HF_HUB_CACHE"),
-        env.get("HF_HOME") and str(Path(env["HF_HOME"]) / "hub"),
-        str(Path.home() / ".cache" / "huggingface" / "hub"),
+        env.get(own_var),
+        env.get("HF_HOME") and str(Path(env["HF_HOME"]) / subdir),
+        str(Path.home() / ".cache" / "huggingface" / subdir),
     ]
     return list(dict.fromkeys(Path(r) for r in roots if r))
+
+
+def hub_roots() -> list[Path]:
+    return _cache_roots("HF_HUB_CACHE", "hub")
 
 
 def datasets_roots() -> list[Path]:
-    env = os.environ
-    roots = [
-        env.get("HF_DATASETS_CACHE"),
-        env.get("HF_HOME") and str(Path(env["HF_HOME"]) / "datasets"),
-        str(Path.home() / ".cache" / "huggingface" / "datasets"),
-    ]
-    return list(dict.fromkeys(Path(r) for r in roots if r))
+    return _cache_roots("HF_DATASETS_CACHE", "datasets")
 
 
 def _pyarrow(path: Path) -> Any:
