@@ -61,6 +61,11 @@ class GpuSpec:
     achievable_bandwidth_fraction: float  # of HBM peak reached by decode (memory-bound) kernels, (0, 1]
     achievable_compute_fraction: float  # of tensor peak reached by large GEMMs, (0, 1]
     kernel_launch_s: float  # per kernel launch on a stream (host + device overhead)
+    # Optional (None: unknown): streaming multiprocessors and the shared memory one SM can give its
+    # resident blocks; the simulator uses them where kernels of two streams compete for SMs (ShadowKV's
+    # UVA gather against its key rebuild). Without them such kernels are assumed to overlap freely.
+    sm_count: int | None = None
+    shared_memory_per_sm_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,8 @@ class HardwareProfile:
             for f in fields(spec):
                 value = getattr(spec, f.name)
                 dotted = f"{part}.{f.name}"
+                if value is None:  # an optional field the profile leaves out
+                    continue
                 if dotted not in self.sources:
                     section[f.name] = value
                     continue
@@ -163,7 +170,8 @@ class HardwareProfile:
         raw = self.to_dict()
         for key, value in changes.items():
             part, _, name = key.partition(".")
-            if part not in ("gpu", "link", "host") or name not in raw[part]:
+            known = part in ("gpu", "link", "host") and name in {f.name for f in fields(getattr(self, part))}
+            if not known:
                 valid = sorted(
                     f"{p}.{f.name}" for p in ("gpu", "link", "host") for f in fields(getattr(self, p))
                 )
@@ -171,8 +179,10 @@ class HardwareProfile:
                     f"hardware override {key!r} on profile {self.name!r}: unknown field; "
                     f"valid: {', '.join(valid)}"
                 )
-            old = raw[part][name]
-            if isinstance(old, dict):
+            old = raw[part].get(name)
+            if old is None:  # an optional field the profile leaves out
+                raw[part][name] = {"value": value, "source": "override (the profile does not give it)"}
+            elif isinstance(old, dict):
                 was = old.get("source") or f"calibrated: {old.get('calibrated')}"
                 raw[part][name] = {"value": value, "source": f"override (was {old['value']}: {was})"}
             else:
@@ -284,6 +294,8 @@ class _GpuFile(_Section):
     achievable_bandwidth_fraction: _Fraction
     achievable_compute_fraction: _Fraction
     kernel_launch_s: _PositiveFloat
+    sm_count: _PositiveInt | None = None
+    shared_memory_per_sm_bytes: _PositiveInt | None = None
 
 
 class _LinkFile(_Section):

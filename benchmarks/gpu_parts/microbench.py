@@ -12,8 +12,9 @@ the reason under "skipped"). Methods:
 Host->device copies (pinned source, one stream) by size 256 B .. 4 MiB and API path: torch slice
 `copy_(non_blocking=True)`, cudaMemcpyAsync, cudaMemcpy2DAsync of 256-byte rows (source pitch of 8 such
 rows, the NHD layout of 8 KV heads), cudaMemcpyBatchAsync (one call for all n copies). Tables `topk` and
-`uva_gather` (microbench_selection.py): torch.topk at ShadowKV's and page-selection shapes against a
-roofline read, and a zero-copy gather of runs from pinned host memory against a bulk copy.
+`uva_gather`, `uva_gather_blocks` (microbench_selection.py): torch.topk at ShadowKV's and page-selection
+shapes against a roofline read, a zero-copy gather of runs from pinned host memory against a bulk copy,
+and the same gather with ShadowKV's grid (one block per sequence and KV head looping over its chunks).
 Without CUDA only the host-side items run (thread hand-off, Python call into an extension, eager CPU
 op), labelled device "cpu"; every CUDA item is listed under "skipped".
 """
@@ -171,7 +172,8 @@ def run(out: Path, opts: Options) -> dict:
         measure_cuda(doc, opts.quick)
     else:
         reason = cuda_skip_reason()
-        for key in SOFTWARE_KEYS + HARDWARE_KEYS + ("tables.topk", "tables.uva_gather"):
+        tables = ("tables.topk", "tables.uva_gather", "tables.uva_gather_blocks")
+        for key in SOFTWARE_KEYS + HARDWARE_KEYS + tables:
             if key not in doc["software"]:
                 doc["skipped"][key] = reason
     problems = validate(doc)

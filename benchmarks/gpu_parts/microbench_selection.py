@@ -9,7 +9,12 @@ full-attention rows are within 6%, and two costs it prices at hardware limits ar
   selection model charges);
 - table `uva_gather`: a Triton kernel that reads `run_bytes` contiguous runs at random run indices straight
   from pinned host memory (zero-copy over UVA, the path of ShadowKV's `gather_copy_with_offsets`), in GB/s,
-  against one cudaMemcpy-class copy of the same bytes (`torch` `copy_` of a pinned tensor).
+  against one cudaMemcpy-class copy of the same bytes (`torch` `copy_` of a pinned tensor);
+- table `uva_gather_blocks`: the same zero-copy reads of 2 KiB runs, but with ShadowKV's grid shape: one
+  program per (sequence, KV head) looping over its own missed chunks one 2 KiB run at a time
+  (`gather_copy_var_midpoint_BP`, kernels/copy.cuh), at the block counts and misses per block of
+  ShadowKV's e2e.py cells (40-384 blocks, 51-205 runs each), in GB/s: whether a gather with few, long
+  blocks fills the link (the simulator charges the DMA rate whatever the block count).
 
 Neither table feeds a profile yet: they say whether the simulator's roofline selection and DMA-rate value
 fetch are what a GPU really does at these shapes. Device times: n calls queued behind a sleep kernel,
@@ -24,7 +29,16 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["TOPK_SHAPES", "UVA_RUN_BYTES", "gather_runs", "topk_table", "uva_gather_table"]
+__all__ = [
+    "TOPK_SHAPES",
+    "UVA_BLOCK_SHAPES",
+    "UVA_RUN_BYTES",
+    "gather_runs",
+    "gather_runs_per_block",
+    "topk_table",
+    "uva_gather_blocks_table",
+    "uva_gather_table",
+]
 
 # (label, rows, cols, k): ShadowKV's e2e.py cells (batch x KV heads, 60/122/244K / chunk 8, budget / 8),
 # then FreeKV-style page selection (batch 1-4 x 8 KV heads, 32K / page 32, budget 2048 / 32)
@@ -39,6 +53,18 @@ TOPK_SHAPES = (
     ("pages 32K p32 b4", 4 * 8, 32768 // 32, 2048 // 32),
 )
 UVA_RUN_BYTES = (256, 2048, 16384)  # one token of one KV head (d 128, bf16); a ShadowKV chunk; a page
+# (label, blocks, runs per block): ShadowKV's h2d gather blocks (batch x KV heads) and missed chunks per
+# block (40% of budget / 8) in e2e.py's cells; the 4-KV-head cells are the validation rows still off
+UVA_BLOCK_SHAPES = (
+    ("llama-3 60K b48", 48 * 8, 1024 // 8 * 2 // 5),
+    ("llama-3 122K b24", 24 * 8, 2048 // 8 * 2 // 5),
+    ("llama-3 244K b12", 12 * 8, 4096 // 8 * 2 // 5),
+    ("glm-4 60K b50", 50 * 4, 1024 // 8 * 2 // 5),
+    ("glm-4 122K b25", 25 * 4, 2048 // 8 * 2 // 5),
+    ("glm-4 244K b12", 12 * 4, 4096 // 8 * 2 // 5),
+    ("yi 122K b21", 21 * 4, 2048 // 8 * 2 // 5),
+    ("yi 244K b10", 10 * 4, 4096 // 8 * 2 // 5),
+)
 
 
 def topk_table(doc: dict[str, Any], quick: bool, device_s, hbm_gbps: float | None) -> None:
@@ -78,6 +104,55 @@ def gather_runs(src: torch.Tensor, run_ids: torch.Tensor, dst: torch.Tensor, run
     program per run (int32 words; run_words a power of two). `src` may be pinned host memory: the GPU then
     reads it over the link (zero-copy)."""
     _gather_runs_kernel[(run_ids.numel(),)](src, run_ids, dst, RUN_WORDS=run_words)
+
+
+@triton.jit
+def _gather_runs_per_block_kernel(src_ptr, run_ids_ptr, dst_ptr, RUNS: tl.constexpr, RUN_WORDS: tl.constexpr):
+    block = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, RUN_WORDS)
+    for j in tl.range(0, RUNS, num_stages=1):  # one run after another, as one ShadowKV block does
+        run = tl.load(run_ids_ptr + block * RUNS + j).to(tl.int64)
+        tl.store(dst_ptr + (block * RUNS + j) * RUN_WORDS + offs, tl.load(src_ptr + run * RUN_WORDS + offs))
+
+
+def gather_runs_per_block(
+    src: torch.Tensor, run_ids: torch.Tensor, dst: torch.Tensor, runs_per_block: int, run_words: int
+) -> None:
+    """As gather_runs, but run_ids.numel() // runs_per_block programs, each copying its runs_per_block runs
+    in order (block b: runs b*runs_per_block ...): ShadowKV's one-block-per-(sequence, head) gather."""
+    blocks = run_ids.numel() // runs_per_block
+    _gather_runs_per_block_kernel[(blocks,)](src, run_ids, dst, RUNS=runs_per_block, RUN_WORDS=run_words)
+
+
+def uva_gather_blocks_table(doc: dict[str, Any], quick: bool, device_s) -> None:
+    """doc["tables"]["uva_gather_blocks"]: zero-copy GB/s of 2 KiB runs at ShadowKV's grid shapes."""
+    stream = torch.cuda.Stream()
+    words = 2048 // 4
+    most = max(blocks * runs for _, blocks, runs in UVA_BLOCK_SHAPES)
+    host = torch.randint(0, 2**31 - 1, (4 * most * words,), dtype=torch.int32).pin_memory()
+    rows_out = []
+    for label, blocks, runs in UVA_BLOCK_SHAPES[:3] if quick else UVA_BLOCK_SHAPES:
+        n_runs = blocks * runs
+        run_ids = torch.randperm(4 * most, device="cuda")[:n_runs].to(torch.int32)
+        dst = torch.empty(n_runs * words, dtype=torch.int32, device="cuda")
+        gather_runs_per_block(host, run_ids, dst, runs, words)
+        torch.cuda.synchronize()
+        last = int(run_ids[-1])
+        if not torch.equal(dst[-words:].cpu(), host[last * words : (last + 1) * words]):
+            raise RuntimeError(f"uva gather at {label} read wrong data")
+        seconds = device_s(
+            lambda _i, r=run_ids, d=dst, k=runs: gather_runs_per_block(host, r, d, k, words), 5, stream
+        )
+        rows_out.append(
+            {
+                "shape": label,
+                "blocks": blocks,
+                "runs_per_block": runs,
+                "bytes": n_runs * 2048,
+                "zero_copy_gbps": n_runs * 2048 / seconds / 1e9,
+            }
+        )
+    doc["tables"]["uva_gather_blocks"] = rows_out
 
 
 def uva_gather_table(doc: dict[str, Any], quick: bool, device_s) -> None:

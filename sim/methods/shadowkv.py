@@ -53,6 +53,9 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
 - per step: embedding, final norm, LM head, .float() (base.py:61-70) and sampling (~4 eager ops), then
   `next_token.tolist()` (base.py:331): one read-back, the host waits for the step (host_sync).
 No host sync inside a layer: the host runs ahead of the GPU unless its per-layer cost exceeds the GPU's.
+On the GPU, the value gather is a kernel that holds ~65 KB of shared memory per block, so the key rebuild
+gets only the SMs it leaves (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py): when its grid fills them
+all, the rebuild waits for the fetch.
 """
 
 from __future__ import annotations
@@ -67,9 +70,23 @@ from sim.errors import SimInputError
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
 from sim.methods.eager import HF_OUT_PROJ
 from sim.methods.host_costs import HostOps, host_s
+from sim.sm_occupancy import co_runner_sm_share
 from traces.models import ModelSpec
 
 __all__ = ["ShadowKV"]
+
+# Kernel shapes of the published code (bytedance/ShadowKV at a21f5a9), for SM sharing (as-published only):
+COPY_ROWS_PER_ITER = 32  # kernels/copy.cuh:25 CPY_SIZE, the default (setup.py passes no -DCPY_SIZE)
+COPY_ROW_BYTES = 2048  # kernels/copy.cuh: one row = 128 threads (BLOCK_SIZE_CP) x 16 B (int4)
+REBUILD_TILE_ROWS = 128  # kernels/batch_gather_gemm.cu:80, threadblock tile GemmShape<128, 128, 32>
+# CUTLASS multistage main loop: 5 stages (batch_gather_gemm.cu:106) of a 128x32 A and a 32x128 B bf16 tile
+REBUILD_CTA_SMEM_BYTES = 5 * (128 * 32 + 32 * 128) * 2
+
+
+def gather_block_smem_bytes(select_sets: int) -> int:
+    """Dynamic shared memory of one block of gather_copy_with_offsets / gather_copy_d2d_with_offsets
+    (kernels/gather_copy.cu:250, :124): CPY_SIZE rows of 2 KB, the chunk map (4 B each), one int4."""
+    return COPY_ROWS_PER_ITER * COPY_ROW_BYTES + select_sets * 4 + 16
 
 
 def outlier_chunks(sparse_budget_tokens: int) -> int:
@@ -135,11 +152,39 @@ class ShadowKV(Method):
             OpSpec("svd_offload", ("offload", "d2h"), (Dep("svd"),), category="offload"),
             OpSpec("select", ("compute",), category="select"),
             OpSpec("fetch", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
-            OpSpec("rebuild", ("compute",), category="recall"),
+            OpSpec(
+                "rebuild",
+                ("compute",),
+                (Dep("fetch"),) if self.rebuild_sm_share(ctx) == 0.0 else (),
+                category="recall",
+            ),
             OpSpec("attention", ("compute",), (Dep("fetch"), Dep("rebuild"))),
             OpSpec("out_proj", ("compute",)),
             OpSpec("ffn", ("compute",)),
             OpSpec("lm_head", ("compute",), host_sync=True),
+        )
+
+    def rebuild_sm_share(self, ctx: CostContext) -> float:
+        """Share of the SMs the key rebuild can use while the value gather runs (as-published; 1.0 in
+        ideal mode or when the profile does not give gpu.sm_count and gpu.shared_memory_per_sm_bytes).
+
+        The gather (gather_copy_with_offsets, kernels/gather_copy.cu:249) launches 2 blocks per (sequence,
+        KV head) with ~65 KB of shared memory each, on the copy stream and before the rebuild's kernels
+        (models/base.py:154-159); under the left-over policy (sim/sm_occupancy.py) the rebuild's CUTLASS
+        GEMM (80 KB per CTA) gets only SMs with room left beside the gather's blocks. 0.0: the gather
+        fills every SM, so the rebuild effectively waits for it (the template then makes it depend on the
+        fetch)."""
+        gpu = ctx.profile.gpu
+        if not ctx.as_published or gpu.sm_count is None or gpu.shared_memory_per_sm_bytes is None:
+            return 1.0
+        cfg = ctx.cfg
+        select_sets = max(1, (cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens) // self.chunk_tokens)
+        return co_runner_sm_share(
+            2 * cfg.batch_size * ctx.model.n_kv_heads,
+            gather_block_smem_bytes(select_sets),
+            REBUILD_CTA_SMEM_BYTES,
+            gpu.sm_count,
+            gpu.shared_memory_per_sm_bytes,
         )
 
     def interval(self, cfg: SimConfig) -> int | None:
@@ -216,11 +261,22 @@ class ShadowKV(Method):
         run = c * d * dt
         link = ctx.profile.link
         fetch_copy = np.asarray(cost.copy_s(fetch_bytes, run, "h2d"), dtype=np.float64)
+        # key rebuild: the hits' keys move to the front of the buffer (gather_copy_d2d_with_offsets, read
+        # + write), then U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of
+        # hits (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)
+        heads = b * m.n_kv_heads
+        sparse_tokens = max(0, cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
+        hit_tokens = np.maximum(0.0, heads * sparse_tokens - missed_tokens)
+        skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)
+        rows = np.maximum(missed_tokens, heads * np.maximum(0.0, sparse_tokens - skipped))
         rebuild = cost.kernel_s(
-            2.0 * missed_tokens * self.rank * d,  # U[rows] (t x r) @ SV_h (r x d), per missed token-head
-            missed_tokens * (self.rank + 3 * d) * dt + b * m.n_kv_heads * self.rank * d * dt,
+            2.0 * rows * self.rank * d,
+            rows * (self.rank + 3 * d) * dt + heads * self.rank * d * dt + 2.0 * hit_tokens * d * dt,
             2,
         )
+        share = self.rebuild_sm_share(ctx)
+        if 0.0 < share < 1.0:  # on the SMs the gather leaves free, and never later than after the gather
+            rebuild = np.minimum(rebuild / share, fetch_copy + rebuild)
         rebuild = np.where(missed_tokens > 0, rebuild, 0.0)
         outliers = outlier_chunks(cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
         svd_share, since = self.svd_schedule(ctx)

@@ -158,6 +158,7 @@ MUTATIONS = {
         "exactly one",
     ),
     "bare number": (lambda r: r["link"].update(h2d_peak_gbps=31.5), "link.h2d_peak_gbps", "source"),
+    "optional number without source": (lambda r: r["gpu"].update(sm_count=108), "gpu.sm_count", "source"),
     "unknown key": (
         lambda r: r["gpu"].update(hbm_gbps={"value": 1, "source": "x"}),
         "gpu.hbm_gbps",
@@ -298,6 +299,18 @@ def test_with_overrides_replaces_and_revalidates() -> None:
         base.with_overrides({"gpu.kernel_launch_s": -1})
     with pytest.raises(HardwareError, match="unknown field.*link.copy_issue_s"):
         base.with_overrides({"link.copy_issue": 1e-6})
+
+
+def test_sm_fields_are_optional_and_overridable(raw_a100: dict, tmp_path: Path) -> None:
+    """gpu.sm_count and gpu.shared_memory_per_sm_bytes may be left out (older user profiles load); the
+    shipped profiles give both (test_every_number_has_a_source), and an override can add them."""
+    del raw_a100["gpu"]["sm_count"], raw_a100["gpu"]["shared_memory_per_sm_bytes"]
+    bare = load_profile(_write(tmp_path, raw_a100, "a100-40g-pcie4.yaml"))
+    assert bare.gpu.sm_count is None and bare.gpu.shared_memory_per_sm_bytes is None
+    assert "sm_count" not in bare.to_dict()["gpu"]
+    added = bare.with_overrides({"gpu.sm_count": 108})
+    assert added.gpu.sm_count == 108 and added.sources["gpu.sm_count"].startswith("override")
+    assert load_profile("a100-40g-pcie4").gpu.sm_count == 108
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -105,3 +105,56 @@ def test_shadowkv_outlier_chunks_follow_the_sparse_budget() -> None:
     from sim.methods.shadowkv import outlier_chunks
 
     assert [outlier_chunks(b) for b in (1024, 2048, 4096)] == [24, 48, 96]
+
+
+def _rebuild(prep) -> tuple[tuple[str, ...], np.ndarray]:
+    ops = {op.name: op for op in prep.template}
+    return tuple(dep.op for dep in ops["rebuild"].deps), np.asarray(prep.work["rebuild"].seconds)
+
+
+@pytest.mark.parametrize(
+    ("batch", "waits", "slowed"), [(2, False, False), (12, False, True), (14, True, False)]
+)
+def test_shadowkv_rebuild_shares_sms_with_the_uva_gather(
+    demand: Demand, batch: int, waits: bool, slowed: bool
+) -> None:
+    """As published, the value gather (2 blocks of ~65 KB shared memory per sequence and KV head, launched
+    first) leaves the key rebuild's 80 KB CTAs only the SMs with room beside it (sim/sm_occupancy.py): on an
+    A100 (108 SMs, 164 KB) batch 2 leaves every SM, batch 12 (192 blocks) 24 of them, batch 14 (224) none,
+    and then the rebuild waits for the fetch. Ideal mode and profiles without SM facts overlap freely."""
+    pub = prepare(_cfg("shadowkv", "as-published", batch_size=batch), demand)
+    ideal = prepare(_cfg("shadowkv", "ideal", batch_size=batch), demand)
+    deps, seconds = _rebuild(pub)
+    ideal_deps, ideal_seconds = _rebuild(ideal)
+    assert ("fetch" in deps) == waits and "fetch" not in ideal_deps
+    sparse = seconds > 0
+    assert sparse.any()
+    if slowed:
+        assert np.all(seconds[sparse] > 1.5 * ideal_seconds[sparse])
+    else:
+        np.testing.assert_allclose(seconds, ideal_seconds)
+    bare = _cfg(
+        "shadowkv", "as-published", batch_size=batch, hardware_overrides={"gpu.sm_count": 10**6}
+    )
+    assert "fetch" not in _rebuild(prepare(bare, demand))[0]  # a huge GPU: the gather never fills it
+
+
+def test_shadowkv_rebuild_covers_whole_tiles_and_moves_the_hits(demand: Demand) -> None:
+    """The CUTLASS rebuild skips only 128-row tiles made wholly of hits, and the hits' keys are copied to the
+    front of the buffer first: more work than the misses alone, less than rebuilding the whole budget."""
+    from sim.methods.shadowkv import REBUILD_TILE_ROWS
+
+    cfg = _cfg("shadowkv", "ideal", budget_tokens=2048 + 64 + 64, sink_tokens=64, window_tokens=64)
+    prep = prepare(cfg, demand)
+    rebuild = np.asarray(prep.work["rebuild"].seconds)
+    missed = np.asarray(prep.ctx.demand.fetched_tokens, dtype=float)
+    sparse = missed > 0
+    assert sparse.any() and REBUILD_TILE_ROWS == 128
+    cost, m, b = prep.ctx.cost, prep.ctx.model, cfg.batch_size
+    d, r, dt = m.head_dim, 160, cfg.dtype_bytes
+    sv_bytes = b * m.n_kv_heads * r * d * dt
+    misses_only = cost.kernel_s(2.0 * missed * r * d, missed * (r + 3 * d) * dt + sv_bytes, 2)
+    rows = b * m.n_kv_heads * 2048.0  # every budget row rebuilt and every one also copied as a hit
+    whole = cost.kernel_s(2.0 * rows * r * d, rows * (r + 3 * d) * dt + sv_bytes + 2 * rows * d * dt, 2)
+    assert np.all(rebuild[sparse] >= misses_only[sparse])
+    assert np.all(rebuild[sparse] <= whole)

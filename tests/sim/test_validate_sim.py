@@ -41,10 +41,37 @@ def test_issue_rows_are_the_19_named_and_shadowkv_table_is_whole() -> None:
     assert {r.key.split("/")[1] for r in shadowkv if not r.named} == {"glm-4-9b-1m", "yi-9b-200k"}
 
 
-def test_tallies_print_all_rows_and_the_named_subset(capsys) -> None:
+def test_tallies_keep_measurements_and_projections_apart(capsys) -> None:
     assert _module().main(["--only", "shadowkv/yi-9b-200k/60k", "--mode", "as-published"]) == 0
     out = capsys.readouterr().out
-    assert "all rows (3):" in out and "rows issue 10 names" not in out  # no named row selected
+    assert "all measured rows (2):" in out and "all rows, with the authors' projections (3):" in out
+    assert "issue 10 names" not in out  # no named row selected
+    assert "reproduces all 11 infinite-batch figures" in out
+
+
+def test_projection_rows_are_the_tables_inf_column() -> None:
+    vs = _module()
+    rows = vs.all_rows()
+    projections = {r.key for r in rows if not r.measured}
+    assert projections == {r.key for r in rows if "/full-at-" in r.key}
+    assert len(projections) == len(vs._SHADOWKV_PUBLISHED) == 11
+    assert sum(r.named and r.measured for r in rows) == 14
+
+
+def test_infinite_batch_figures_are_2_tib_per_s_over_kv_bytes() -> None:
+    """The evidence that the column is arithmetic: every published infinite-batch figure is 2 TiB/s over
+    one sequence's K+V bytes, from our registry's shapes (to the table's 2 decimals)."""
+    vs = _module()
+    for (model, ctx_k), published in vs._SHADOWKV_INFINITE_BATCH.items():
+        assert vs.authors_infinite_batch(model, ctx_k) == pytest.approx(published, abs=0.006), (model, ctx_k)
+
+
+def test_tally_groups_headline_is_named_measured_rows() -> None:
+    vs = _module()
+    results = vs.evaluate([r for r in vs.all_rows() if r.key.startswith("shadowkv/llama-3.1-8b/60k")])
+    labels = [label for label, _ in vs.tally_groups(results)]
+    assert labels[0] == "measured rows issue 10 names"
+    assert [len(g) for _, g in vs.tally_groups(results)] == [2, 3]  # repeated groups left out
 
 
 def test_unknown_row_prefix_exits_2(capsys) -> None:
