@@ -32,6 +32,7 @@ import triton.language as tl
 __all__ = [
     "TOPK_SHAPES",
     "UVA_BLOCK_SHAPES",
+    "UVA_IN_FLIGHT",
     "UVA_RUN_BYTES",
     "gather_runs",
     "gather_runs_per_block",
@@ -107,25 +108,46 @@ def gather_runs(src: torch.Tensor, run_ids: torch.Tensor, dst: torch.Tensor, run
 
 
 @triton.jit
-def _gather_runs_per_block_kernel(src_ptr, run_ids_ptr, dst_ptr, RUNS: tl.constexpr, RUN_WORDS: tl.constexpr):
+def _gather_runs_per_block_kernel(
+    src_ptr, run_ids_ptr, dst_ptr, RUNS: tl.constexpr, IN_FLIGHT: tl.constexpr, RUN_WORDS: tl.constexpr
+):
     block = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, IN_FLIGHT)
     offs = tl.arange(0, RUN_WORDS)
-    for j in tl.range(0, RUNS, num_stages=1):  # one run after another, as one ShadowKV block does
-        run = tl.load(run_ids_ptr + block * RUNS + j).to(tl.int64)
-        tl.store(dst_ptr + (block * RUNS + j) * RUN_WORDS + offs, tl.load(src_ptr + run * RUN_WORDS + offs))
+    # IN_FLIGHT runs loaded, then stored, one group after another (num_stages=1: no prefetch of the next
+    # group), as one ShadowKV block reads up to CPY_SIZE chunks into shared memory before writing them
+    for j in tl.range(0, RUNS, IN_FLIGHT, num_stages=1):
+        mask = j + rows < RUNS
+        index = block * RUNS + j + rows
+        run = tl.load(run_ids_ptr + index, mask=mask, other=0).to(tl.int64)
+        data = tl.load(src_ptr + run[:, None] * RUN_WORDS + offs[None, :], mask=mask[:, None])
+        tl.store(dst_ptr + index[:, None] * RUN_WORDS + offs[None, :], data, mask=mask[:, None])
 
 
 def gather_runs_per_block(
-    src: torch.Tensor, run_ids: torch.Tensor, dst: torch.Tensor, runs_per_block: int, run_words: int
+    src: torch.Tensor,
+    run_ids: torch.Tensor,
+    dst: torch.Tensor,
+    runs_per_block: int,
+    run_words: int,
+    in_flight: int = 1,
 ) -> None:
     """As gather_runs, but run_ids.numel() // runs_per_block programs, each copying its runs_per_block runs
-    in order (block b: runs b*runs_per_block ...): ShadowKV's one-block-per-(sequence, head) gather."""
+    in order, `in_flight` (a power of two) at a time (block b: runs b*runs_per_block ...): ShadowKV's
+    one-block-per-(sequence, head) gather."""
     blocks = run_ids.numel() // runs_per_block
-    _gather_runs_per_block_kernel[(blocks,)](src, run_ids, dst, RUNS=runs_per_block, RUN_WORDS=run_words)
+    _gather_runs_per_block_kernel[(blocks,)](
+        src, run_ids, dst, RUNS=runs_per_block, IN_FLIGHT=in_flight, RUN_WORDS=run_words
+    )
+
+
+# runs in flight per block: one; ShadowKV's unroll (copy.cuh UNROLL_FACTOR 8); its CPY_SIZE (32)
+UVA_IN_FLIGHT = (1, 8, 32)
 
 
 def uva_gather_blocks_table(doc: dict[str, Any], quick: bool, device_s) -> None:
-    """doc["tables"]["uva_gather_blocks"]: zero-copy GB/s of 2 KiB runs at ShadowKV's grid shapes."""
+    """doc["tables"]["uva_gather_blocks"]: zero-copy GB/s of 2 KiB runs at ShadowKV's grid shapes, with 1, 8
+    and 32 runs in flight per block (what ShadowKV's loop keeps in flight depends on the compiler)."""
     stream = torch.cuda.Stream()
     words = 2048 // 4
     most = max(blocks * runs for _, blocks, runs in UVA_BLOCK_SHAPES)
@@ -135,23 +157,27 @@ def uva_gather_blocks_table(doc: dict[str, Any], quick: bool, device_s) -> None:
         n_runs = blocks * runs
         run_ids = torch.randperm(4 * most, device="cuda")[:n_runs].to(torch.int32)
         dst = torch.empty(n_runs * words, dtype=torch.int32, device="cuda")
-        gather_runs_per_block(host, run_ids, dst, runs, words)
-        torch.cuda.synchronize()
-        last = int(run_ids[-1])
-        if not torch.equal(dst[-words:].cpu(), host[last * words : (last + 1) * words]):
-            raise RuntimeError(f"uva gather at {label} read wrong data")
-        seconds = device_s(
-            lambda _i, r=run_ids, d=dst, k=runs: gather_runs_per_block(host, r, d, k, words), 5, stream
-        )
-        rows_out.append(
-            {
-                "shape": label,
-                "blocks": blocks,
-                "runs_per_block": runs,
-                "bytes": n_runs * 2048,
-                "zero_copy_gbps": n_runs * 2048 / seconds / 1e9,
-            }
-        )
+        for in_flight in UVA_IN_FLIGHT:
+            dst.fill_(-1)
+            gather_runs_per_block(host, run_ids, dst, runs, words, in_flight)
+            torch.cuda.synchronize()
+            last = int(run_ids[-1])
+            if not torch.equal(dst[-words:].cpu(), host[last * words : (last + 1) * words]):
+                raise RuntimeError(f"uva gather at {label}, {in_flight} in flight, read wrong data")
+            def call(_i, r=run_ids, d=dst, k=runs, f=in_flight) -> None:
+                gather_runs_per_block(host, r, d, k, words, f)
+
+            seconds = device_s(call, 5, stream)
+            rows_out.append(
+                {
+                    "shape": label,
+                    "blocks": blocks,
+                    "runs_per_block": runs,
+                    "runs_in_flight": in_flight,
+                    "bytes": n_runs * 2048,
+                    "zero_copy_gbps": n_runs * 2048 / seconds / 1e9,
+                }
+            )
     doc["tables"]["uva_gather_blocks"] = rows_out
 
 

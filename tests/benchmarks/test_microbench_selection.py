@@ -49,9 +49,11 @@ def test_gather_runs_per_block_copies_each_blocks_runs_in_order() -> None:
     run_words, n_src = 64, 30
     src = torch.randint(-(2**31), 2**31 - 1, (n_src * run_words,), dtype=torch.int32)
     run_ids = torch.tensor([29, 3, 3, 0, 11, 7], dtype=torch.int32)  # 2 blocks x 3 runs
-    dst = torch.full((run_ids.numel() * run_words,), -1, dtype=torch.int32)
-    gather_runs_per_block(src, run_ids, dst, 3, run_words)
-    assert torch.equal(dst, src.view(n_src, run_words)[run_ids.long()].reshape(-1))
+    expected = src.view(n_src, run_words)[run_ids.long()].reshape(-1)
+    for in_flight in (1, 2, 4):  # 4 > 3 runs per block: the last group is masked
+        dst = torch.full((run_ids.numel() * run_words,), -1, dtype=torch.int32)
+        gather_runs_per_block(src, run_ids, dst, 3, run_words, in_flight)
+        assert torch.equal(dst, expected), in_flight
 
 
 def test_block_shapes_are_shadowkv_gather_grids() -> None:
