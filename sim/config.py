@@ -109,9 +109,14 @@ class SimConfig:
             raise SimInputError(f"SimConfig.dense_layers must be layer indices >= 0, got {self.dense_layers}")
 
     @property
+    def selected_tokens(self) -> int:
+        """Budget left to selection per KV head and sequence: budget_tokens less sink and window (> 0)."""
+        return self.budget_tokens - self.sink_tokens - self.window_tokens
+
+    @property
     def selected_pages(self) -> int:
         """Pages chosen by selection per KV head and sequence (sink and window excluded)."""
-        return (self.budget_tokens - self.sink_tokens - self.window_tokens) // self.page_size
+        return self.selected_tokens // self.page_size
 
     @property
     def max_context_tokens(self) -> int:

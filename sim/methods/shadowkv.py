@@ -178,10 +178,9 @@ class ShadowKV(Method):
         if not ctx.as_published or gpu.sm_count is None or gpu.shared_memory_per_sm_bytes is None:
             return 1.0
         cfg = ctx.cfg
-        select_sets = max(1, (cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens) // self.chunk_tokens)
         return co_runner_sm_share(
             2 * cfg.batch_size * ctx.model.n_kv_heads,
-            gather_block_smem_bytes(select_sets),
+            gather_block_smem_bytes(cfg.selected_tokens // self.chunk_tokens),
             REBUILD_CTA_SMEM_BYTES,
             gpu.sm_count,
             gpu.shared_memory_per_sm_bytes,
@@ -265,10 +264,9 @@ class ShadowKV(Method):
         # + write), then U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of
         # hits (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)
         heads = b * m.n_kv_heads
-        sparse_tokens = max(0, cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
-        hit_tokens = np.maximum(0.0, heads * sparse_tokens - missed_tokens)
-        skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)
-        rows = np.maximum(missed_tokens, heads * np.maximum(0.0, sparse_tokens - skipped))
+        hit_tokens = np.maximum(0.0, heads * cfg.selected_tokens - missed_tokens)
+        skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
+        rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
         rebuild = cost.kernel_s(
             2.0 * rows * self.rank * d,
             rows * (self.rank + 3 * d) * dt + heads * self.rank * d * dt + 2.0 * hit_tokens * d * dt,
@@ -278,7 +276,7 @@ class ShadowKV(Method):
         if 0.0 < share < 1.0:  # on the SMs the gather leaves free, and never later than after the gather
             rebuild = np.minimum(rebuild / share, fetch_copy + rebuild)
         rebuild = np.where(missed_tokens > 0, rebuild, 0.0)
-        outliers = outlier_chunks(cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
+        outliers = outlier_chunks(cfg.selected_tokens)
         svd_share, since = self.svd_schedule(ctx)
         # generated tokens attended in full: those since the last SVD (all of them without a re-SVD)
         generated = np.minimum(np.maximum(0.0, context - cfg.input_tokens)[:, None], since)
@@ -343,7 +341,7 @@ class ShadowKV(Method):
         n_sparse = model.n_layers - n_dense
         landmarks = -(-ctx_tokens // self.chunk_tokens) * n_kv * (d * dt + 8)
         low_rank = ctx_tokens * self.rank * dt + n_kv * d * self.rank * dt
-        outliers = outlier_chunks(cfg.budget_tokens - cfg.sink_tokens - cfg.window_tokens)
+        outliers = outlier_chunks(cfg.selected_tokens)
         buffered = (
             cfg.budget_tokens + outliers * self.chunk_tokens + self.uncompressed_tokens(cfg)
         )
