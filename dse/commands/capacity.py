@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from dse.commands.demand_option import DEMAND_HELP, transplant_option
+from dse.commands.demand_option import DEMAND_HELP, implementation_option, transplant_option
 
 __all__ = ["command", "load_prices"]
 
@@ -95,12 +95,7 @@ def _split(text: str, flag: str) -> list[str]:
 )
 @click.option("--slo-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
 @click.option("--demand", default=None, help=DEMAND_HELP)
-@click.option(
-    "--implementation",
-    type=click.Choice(["as-published", "ideal"]),
-    default="as-published",
-    show_default=True,
-)
+@implementation_option
 @click.option("--software", default=None, help="software profile [pytorch2-cuda12]")
 @click.option("--budget-tokens", type=click.IntRange(min=1), help="[the trace's, else 2048]")
 @click.option("--page-size", type=click.IntRange(min=1), help="[the trace's, else 32]")

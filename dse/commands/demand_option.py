@@ -1,5 +1,6 @@
-"""`--demand TRACE|SPEC|preset:NAME` as `dse capacity` and `dse serve` read it, and `--transplant-method`
-as they and `dse sim` read it (the replay rules: sim/replay_rules.py). Never imports torch."""
+"""`--demand TRACE|SPEC|preset:NAME` and `--implementation` as `dse capacity` and `dse serve` read them, and
+`--transplant-method` as they and `dse sim` read it (the replay rules: sim/replay_rules.py). Never imports
+torch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 __all__ = ["DemandChoice", "resolve_demand", "DEMAND_HELP", "DEFAULT_DEMAND", "transplant_option",
-           "check_replayable", "demand_use"]
+           "implementation_option", "check_replayable", "demand_use"]
 
 TRANSPLANT_HELP = (
     "price a trace of one runtime policy with another method's model (refused otherwise); labelled "
@@ -22,6 +23,17 @@ TRANSPLANT_HELP = (
 def transplant_option(command: Callable) -> Callable:
     """The `--transplant-method` flag (SimConfig.transplant_method) of dse sim, capacity and serve."""
     return click.option("--transplant-method", is_flag=True, help=TRANSPLANT_HELP)(command)
+
+
+def implementation_option(command: Callable) -> Callable:
+    """`--implementation as-published|ideal` (SimConfig.implementation) of dse capacity and serve; dse sim
+    also takes `both`."""
+    return click.option(
+        "--implementation",
+        type=click.Choice(["as-published", "ideal"]),
+        default="as-published",
+        show_default=True,
+    )(command)
 
 
 def check_replayable(methods: list[str], demand: Any, transplant: bool) -> None:

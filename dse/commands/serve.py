@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from dse.commands.capacity import _split
-from dse.commands.demand_option import DEMAND_HELP, transplant_option
+from dse.commands.demand_option import DEMAND_HELP, implementation_option, transplant_option
 
 __all__ = ["command"]
 
@@ -68,12 +68,7 @@ __all__ = ["command"]
 )
 @click.option("--n-requests", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--demand", default=None, help=DEMAND_HELP)
-@click.option(
-    "--implementation",
-    type=click.Choice(["as-published", "ideal"]),
-    default="as-published",
-    show_default=True,
-)
+@implementation_option
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
 @transplant_option
