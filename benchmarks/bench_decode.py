@@ -1,4 +1,4 @@
-"""Decode ms/token of `full` and `freekv` on the real default model, and the cost of trace recording.
+"""Decode ms/token of `dense` and `freekv` on the real default model, and the cost of trace recording.
 
 Usage: `.venv/bin/python benchmarks/bench_decode.py [--contexts 2048,4096,8192] [--rounds 5] [--steps 4]
 [--device cpu] [--dtype float32] [--tau 0.9]`.
@@ -8,7 +8,7 @@ in which each method decodes `steps` tokens without a recorder (the order altern
 then as many rounds with a `TraceRecorder` writing a real trace to a temporary directory. Interleaving
 the methods puts both under the same machine conditions (on shared 2-core machines the speed drifts by
 tens of percent over a minute); the table gives the median over rounds of wall-clock ms/token
-(CUDA-synchronised on a GPU), the median per-round ratio freekv / full, and the share added by
+(CUDA-synchronised on a GPU), the median per-round ratio freekv / dense, and the share added by
 recording (after one untimed step per method). The context grows by 2 x rounds x steps + 1 tokens over
 the run, which is small at these lengths.
 On the CPU FreeKV runs the same algorithm synchronously: it is no latency estimate of FreeKV on a GPU
@@ -40,8 +40,8 @@ from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter
 
 KNOBS = RuntimeConfig(method="freekv", page_size=16, budget_tokens=1024, sink_tokens=64, window_tokens=64,
-                      tau=0.9, dense_layers=(0,))
-METHODS = ("full", "freekv")
+                      dense_layers=(0,), knobs={"tau": 0.9})
+METHODS = ("dense", "freekv")
 
 
 def _sync(device: torch.device) -> None:
@@ -148,12 +148,12 @@ def main() -> None:
           f"{args.rounds} rounds x {args.steps} steps per method, medians over rounds")
     knobs = replace(KNOBS, tau=args.tau)
     print(f"freekv knobs: {knobs.to_dict()}")
-    print("| context | method | prefill s | decode ms/token | freekv / full | with trace ms/token "
+    print("| context | method | prefill s | decode ms/token | freekv / dense | with trace ms/token "
           "| trace cost |")
     print("|---|---|---|---|---|---|---|")
     for context in (int(c) for c in args.contexts.split(",")):
         r = bench(loaded, knobs, context, args.rounds, args.steps, args.dtype)
-        pairs = zip(r["freekv"]["plain"], r["full"]["plain"], strict=True)
+        pairs = zip(r["freekv"]["plain"], r["dense"]["plain"], strict=True)
         ratio = statistics.median(f / d for f, d in pairs)
         for method in METHODS:
             plain, traced = r[method]["plain"], r[method]["traced"]

@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--task", default="niah_single")
-    ap.add_argument("--method", default="freekv", choices=["freekv", "full"])
+    ap.add_argument("--method", default="freekv", choices=["freekv", "dense"])
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     loaded = load_model("smollm2-135m")

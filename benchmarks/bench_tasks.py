@@ -32,11 +32,10 @@ def main() -> None:
     ap.add_argument("--budgets", type=int, nargs=2, default=[64, 128])
     args = ap.parse_args()
     loaded = load_model("smollm2-135m")
-    configs = {"dense": RuntimeConfig(method="full")}
+    configs = {"dense": RuntimeConfig(method="dense")}
     for b in args.budgets:
-        configs[f"freekv B={b}"] = RuntimeConfig(
-            method="freekv", page_size=16, budget_tokens=b, sink_tokens=16, window_tokens=16, tau=0.9
-        )
+        configs[f"freekv B={b}"] = RuntimeConfig(method="freekv", page_size=16, budget_tokens=b,
+                                                 sink_tokens=16, window_tokens=16, knobs={"tau": 0.9})
     print("| task | configuration | metric | score [95% interval] | wall s |")
     print("|---|---|---|---|---|")
     for name in args.tasks.split(","):

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from freekv_runtime.policies import POLICIES
+from traces.catalogue import names
 
 _DSE = [sys.executable, "-m", "dse.cli"]
 
@@ -72,7 +72,7 @@ def _metric(summary: dict | None, key: str) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default=",".join(m for m in POLICIES if m != "full"))
+    parser.add_argument("--methods", default=",".join(m for m in names(runtime=True) if m != "dense"))
     parser.add_argument("--budgets", default="128,512", help="comma-separated budget_tokens")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--samples", type=int, default=6)
@@ -94,8 +94,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     started = time.perf_counter()
     tasks = ("passkey", "fidelity")
-    dense = {task: _trace("full", task, None, args, args.out / f"full-{task}") for task in tasks}
-    rows = [{"method": "full (dense)", "budget": "-",
+    dense = {task: _trace("dense", task, None, args, args.out / f"dense-{task}") for task in tasks}
+    rows = [{"method": "dense", "budget": "-",
              "passkey": _metric(dense["passkey"], "passkey_accuracy"),
              "top1_agreement": _metric(dense["fidelity"], "top1_agreement"),
              "mean_kl": _metric(dense["fidelity"], "mean_kl"),

@@ -1,102 +1,71 @@
-"""Per-method knobs of a study: which knobs a method takes, where each goes, and checking values.
+"""Per-method knobs of a study: names, values and where each goes, read from the method catalogue.
 
-A study searches the method first, then that method's own knobs (dse/search_space.py). A method knob
-is either a field of `RuntimeConfig` that the method reads (`CONFIG_KNOBS`: FreeKV's tau and its
-selection design, Quest's selection design) or a key of `RuntimeConfig.extra`, which the policy itself
-validates when it is built (every policy rejects unknown `extra` keys with the valid ones). A knob whose
-name is also an option of the same-named simulator model (a field of its `Method` dataclass, e.g.
-FreeKV's `staging_pages`) is passed to `SimConfig.method_options` too. The shared knobs (page size,
-budget, sink, window) are searched for every method alike and are never method knobs.
-
-Checking a value builds the policy (imports torch) only for `extra` knobs; `RuntimeConfig` fields are
-checked by `RuntimeConfig` alone.
+A study searches the method first, then the shared retrieval knobs (page size, budget, sink, window:
+traces.retrieval_knobs), then that method's own knobs (`search.knobs.<method>`, and FreeKV's top-level
+tau / group_pooling / page_summary): each is a field of the method's catalogue knobs dataclass
+(traces.catalogue), which says its type, range and side. The runtime reads the "runtime" and "both"
+knobs, the simulator the "simulator" and "both" ones (`knobs_for`). Checking a value needs neither torch
+nor the policy.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-__all__ = ["SHARED_KNOBS", "CONFIG_KNOBS", "config_knobs", "knob_problem", "sim_options", "method_kind",
-           "param_name"]
+from traces.catalogue import CATALOGUE, KnobError, UnknownMethodError, entry
+from traces.retrieval_knobs import RETRIEVAL_KNOB_NAMES, convention_violation
 
-SHARED_KNOBS = ("page_size", "budget_tokens", "sink_tokens", "window_tokens")
+__all__ = ["SHARED_KNOBS", "knob_problem", "knobs_for", "sim_options", "method_kind", "param_name",
+           "check_search_knobs", "check_untuned"]
 
-# method -> RuntimeConfig fields the policy reads as its own knobs (issue 11: group_pooling and
-# page_summary are FreeKV's selection design, and Quest's where they apply). Other methods ignore them.
-CONFIG_KNOBS: dict[str, tuple[str, ...]] = {
-    "freekv": ("tau", "group_pooling", "page_summary"),
-    "quest": ("group_pooling", "page_summary"),
-}
-_NOT_KNOBS = frozenset({"method", "dense_layers", "measure_attention_mass", "extra", *SHARED_KNOBS})
-
-
-def config_knobs(method: str) -> tuple[str, ...]:
-    """The RuntimeConfig fields that `method` takes as knobs (empty for most methods)."""
-    return CONFIG_KNOBS.get(method, ())
+SHARED_KNOBS = tuple(k for k in RETRIEVAL_KNOB_NAMES if k != "dense_layers")  # searched for every method
 
 
 def param_name(method: str, knob: str) -> str:
     """The Optuna parameter of `knob` of `method`: FreeKV's keep their bare names (studies stored before
     per-method knobs resume), every other method's are "<method>.<knob>" (a name has one distribution)."""
-    return knob if method == "freekv" else f"{method}.{knob}"
+    return entry(method).param_name(knob)
 
 
 def knob_problem(method: str, knob: str, value: Any) -> str | None:
     """Why `value` is not a valid `knob` of `method` (a sentence naming what is valid), or None."""
-    from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
-
     if knob in SHARED_KNOBS:
         return f"{knob} is shared by every method: give it as search.{knob}, not as a method knob"
-    runtime_fields = {f.name for f in fields(RuntimeConfig)}
-    if knob in runtime_fields and knob in _NOT_KNOBS:
-        return f"{knob} is not a method knob (it is a study-wide setting)"
-    if knob in runtime_fields:
-        if knob not in config_knobs(method):
-            takes = ", ".join(config_knobs(method)) or "none"
-            return (f"{method} does not read RuntimeConfig.{knob} (its RuntimeConfig knobs: {takes}; its "
-                    "other knobs are the policy's `extra` keys, see docs/methods.md)")
-        try:
-            RuntimeConfig(method=method, **{knob: value})
-        except (RuntimeConfigError, TypeError) as exc:
-            return str(exc)
-        return None
-    from freekv_runtime.policies import make_policy
-
+    if knob == "dense_layers":
+        return f"{knob} is not a method knob (it is a study-wide setting: search.dense_layers)"
+    method_entry = entry(method)
+    problem = method_entry.knob_problem(knob)
+    if problem is not None:
+        return problem
     try:
-        make_policy(RuntimeConfig(method=method, extra={knob: value}))
-    except (RuntimeConfigError, TypeError, ValueError) as exc:
+        method_entry.knobs_from({knob: value})
+    except KnobError as exc:
         return str(exc)
     return None
 
 
-def sim_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The method knobs in `options` that the same-named simulator model also takes (its
-    `method_options`), e.g. FreeKV's staging_pages; none when the model is not installed."""
-    if not options:
-        return {}
-    from sim.errors import SimInputError
-    from sim.methods import METHODS, method_class
+def knobs_for(method: str, values: dict[str, Any], side: str) -> dict[str, Any]:
+    """The knob values of `values` that `side` ("runtime" or "simulator") reads."""
+    knobs = entry(method).knobs
+    return {k: v for k, v in values.items() if (spec := knobs.spec(k)) is not None and spec.reads(side)}
 
-    if method not in METHODS:
+
+def sim_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The knobs in `options` that the method's simulator model reads (its `method_options`), e.g.
+    FreeKV's staging_pages; none when the method has no model."""
+    method_entry = CATALOGUE.get(method)
+    if method_entry is None or method_entry.model is None:
         return {}
-    try:
-        cls = method_class(method)
-    except SimInputError:
-        return {}
-    names = ({f.name for f in fields(cls) if f.metadata.get("option", True)}  # not what for_demand sets
-             if hasattr(cls, "__dataclass_fields__") else set())
-    return {k: v for k, v in options.items() if k in names}
+    return knobs_for(method, options, "simulator")
 
 
 def method_kind(method: str) -> str:
-    """"retrieval", "dropping" or "dense" (freekv_runtime.policies.KIND; "dense" for the dense
-    baseline's names), "unknown" for a name without a kind."""
-    from freekv_runtime.policies import KIND
-
-    if method in ("full", "dense"):
-        return "dense"
-    return KIND.get(method, "unknown")
+    """The catalogue kind ("dense", "retrieval", "dropping", "multi-context"), "unknown" for a name the
+    catalogue does not know."""
+    try:
+        return entry(method).kind
+    except UnknownMethodError:
+        return "unknown"
 
 
 def check_search_knobs(search: Any) -> None:
@@ -120,22 +89,15 @@ def check_search_knobs(search: Any) -> None:
                 if not samples:
                     raise ValueError(f"{where}.{knob}: needs at least one value")
             for value in samples:
-                problem = _value_problem(method, knob, value)
+                problem = knob_problem(method, knob, value)
                 if problem is not None:
                     raise ValueError(f"{where}.{knob}: {problem}")
-
-
-def _value_problem(method: str, knob: str, value: Any) -> str | None:
-    if knob == "tau" and (isinstance(value, bool) or not isinstance(value, int | float) or
-                          not -1.0 <= value <= 1.0):
-        return f"tau is a cosine-similarity threshold in [-1, 1], got {value!r}"
-    return knob_problem(method, knob, value)
 
 
 def check_untuned(baselines: Any) -> None:
     """Validate baselines.untuned (a Baselines): searchable methods, knob names and values, the budget
     convention. Raises ValueError naming the YAML key."""
-    from dse.study import Knobs, SearchSection, budget_convention_violation
+    from dse.study import Knobs, SearchSection
 
     if "freekv" in baselines.untuned and baselines.untuned_freekv is not None \
             and "untuned_freekv" in baselines.model_fields_set:
@@ -149,6 +111,7 @@ def check_untuned(baselines: Any) -> None:
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         shape = {k: getattr(defaults, k) for k in SHARED_KNOBS}
+        own = {}
         for knob, value in knobs.items():
             if knob in SHARED_KNOBS:
                 least = 0 if knob == "sink_tokens" else 1
@@ -156,11 +119,22 @@ def check_untuned(baselines: Any) -> None:
                     raise ValueError(f"{where}.{knob}: an integer >= {least}, got {value!r}")
                 shape[knob] = value
                 continue
-            problem = _value_problem(method, knob, value)
+            problem = knob_problem(method, knob, value)
             if problem is not None:
                 raise ValueError(f"{where}.{knob}: {problem}")
-        reason = budget_convention_violation(shape["page_size"], shape["budget_tokens"], shape["sink_tokens"],
-                                             shape["window_tokens"])
-        if reason is not None:
-            raise ValueError(f"{where}: not a valid configuration: {reason} (unnamed shared knobs keep "
-                             f"their defaults: {shape})")
+            own[knob] = value
+        bad = convention_violation(shape["page_size"], shape["budget_tokens"], shape["sink_tokens"],
+                                   shape["window_tokens"])
+        if bad is not None:
+            raise ValueError(f"{where}: not a valid configuration: {bad[0]} {bad[1]} (unnamed shared knobs "
+                             f"keep their defaults: {shape})")
+        _check_against_shape(method, own, shape, where)
+
+
+def _check_against_shape(method: str, own: dict[str, Any], shape: dict[str, int], where: str) -> None:
+    """A method knob that must agree with the shared knobs (ArkVale's top_pages <= selected pages)."""
+    from traces.retrieval_knobs import RetrievalKnobs
+
+    problem = entry(method).knobs_from(own).check_retrieval(RetrievalKnobs(**shape))
+    if problem is not None:
+        raise ValueError(f"{where}: {method} knob {problem}")

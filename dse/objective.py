@@ -19,12 +19,9 @@ from typing import Any
 
 from dse.search_space import TrialConfig
 from dse.study import ACCURACY_METRICS, Study
+from traces.catalogue import DENSE
 
-__all__ = ["Evaluation", "OutOfMemory", "evaluate", "objective_values", "constraint_values", "DENSE",
-           "SIM_METHOD"]
-
-DENSE = "full"  # the runtime's dense-attention policy
-SIM_METHOD = {"full": "dense"}  # runtime policy name -> simulator method name, where they differ
+__all__ = ["Evaluation", "OutOfMemory", "evaluate", "objective_values", "constraint_values", "DENSE"]
 
 
 @dataclass(frozen=True)
@@ -62,15 +59,12 @@ def _runtime_config(study: Study, knobs: TrialConfig | None) -> Any:
     from freekv_runtime.config import RuntimeConfig
 
     dense_layers = tuple(study.search.dense_layers)
-    if knobs is None:  # dense attention: the knobs are unused by the full policy
+    if knobs is None:  # dense attention: the retrieval knobs are unused by the dense policy
         return RuntimeConfig(method=DENSE, dense_layers=dense_layers)
-    # tau, group_pooling, page_summary: None where the method does not read them (RuntimeConfig default)
-    design = {k: getattr(knobs, k) for k in ("tau", "group_pooling", "page_summary")
-              if getattr(knobs, k) is not None}
     return RuntimeConfig(
         method=knobs.method, page_size=knobs.page_size, budget_tokens=knobs.budget_tokens,
         sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens, dense_layers=dense_layers,
-        extra=dict(knobs.options), **design,
+        knobs=knobs.knob_values("runtime"),
     )
 
 
@@ -140,7 +134,6 @@ def replay(
 ) -> tuple[dict[str, dict[str, dict]], list[dict]]:
     """Simulate the trace on every (replayed model, hardware profile) at the study's workload
     (batch_sizes[0]), and the capacity grid on the target model. Returns (sim_models, sim_grid)."""
-    from dse.method_knobs import sim_options
     from sim import SimConfig, demand_from_trace, run_simulation
 
     method = DENSE if knobs is None else knobs.method
@@ -148,13 +141,13 @@ def replay(
     if knobs is not None:
         knob_args = dict(
             page_size=knobs.page_size, budget_tokens=knobs.budget_tokens, sink_tokens=knobs.sink_tokens,
-            window_tokens=knobs.window_tokens, method_options=sim_options(method, knobs.options),
+            window_tokens=knobs.window_tokens, method_options=knobs.knob_values("simulator"),
         )
     w = study.workload
 
     def simulate(model: str, demand: Any, hardware: str, batch: int, input_tokens: int) -> dict:
         cfg = SimConfig(
-            model=model, hardware=hardware, method=SIM_METHOD.get(method, method), batch_size=batch,
+            model=model, hardware=hardware, method=method, batch_size=batch,
             input_tokens=input_tokens, output_tokens=w.output_tokens, tau=None,
             dense_layers=tuple(study.search.dense_layers), implementation=study.implementation,
             software=study.software, **knob_args,

@@ -9,7 +9,7 @@ untuned-FreeKV baseline, task contexts against the model's positions and dense l
 from __future__ import annotations
 
 from dse.errors import DseError
-from dse.objective import DENSE, SIM_METHOD
+from dse.objective import DENSE
 from dse.paths import check_output_dir
 from dse.study import Study
 
@@ -41,15 +41,14 @@ def check_before_compute(study: Study) -> None:
                 f"(0-{n_layers - 1}); keep dense layers within every model of target_model and "
                 "extra_replay_models"
             )
-        for method in [SIM_METHOD.get(DENSE, DENSE), *study.search.method]:
-            sim_method = SIM_METHOD.get(method, method)
-            if sim_method not in METHODS:
+        for method in [DENSE, *study.search.method]:
+            if method not in METHODS:
                 raise DseError(
                     f"search.method {method!r} has no simulator model (sim.methods: {', '.join(METHODS)})"
                 )
             try:
                 SimConfig(
-                    model=model, hardware=study.hardware[0], method=sim_method, batch_size=max(w.batch_sizes),
+                    model=model, hardware=study.hardware[0], method=method, batch_size=max(w.batch_sizes),
                     input_tokens=max([w.input_tokens, *w.context_lengths]), output_tokens=w.output_tokens,
                     dense_layers=tuple(study.search.dense_layers),
                 )

@@ -22,19 +22,24 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dse.errors import DseError
-from dse.method_knobs import SHARED_KNOBS, config_knobs, param_name
-from dse.study import Baselines, KnobRange, SearchSection, TauRange, budget_convention_violation
+from dse.method_knobs import SHARED_KNOBS, knobs_for, param_name
+from dse.study import FREEKV_TOP_LEVEL, Baselines, KnobRange, SearchSection, TauRange
+from traces.catalogue import entry
+from traces.catalogue.retrieval import FreeKVKnobs
+from traces.retrieval_knobs import RetrievalKnobs, budget_convention_violation
 
 __all__ = ["TrialConfig", "SearchSpace", "TAU_DECIMALS", "make_config", "untuned_configs"]
 
 TAU_DECIMALS = 6  # tau is rounded to this many decimals (identical-configuration detection)
-_CONFIG_DEFAULTS = {"tau": 0.9, "group_pooling": "softmax_mean", "page_summary": "minmax"}  # RuntimeConfig's
+_FREEKV = FreeKVKnobs()  # FreeKV's defaults of its top-level knobs (tau, group_pooling, page_summary)
 
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One retrieval configuration (the `config` user attribute of a trial). tau, group_pooling and
-    page_summary are None for a method that does not take them; options: the method's `extra` knobs."""
+    """One retrieval configuration (the `config` user attribute of a trial, a stored format: the method,
+    the shared knobs, tau / group_pooling / page_summary (None for a method that does not take them, or
+    leaves them at its own default) and `options`, the method's other knobs (traces.catalogue)). It may
+    break the budget convention: `invalid_reason` says why, and such a trial is skipped."""
 
     method: str
     tau: float | None
@@ -47,9 +52,27 @@ class TrialConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def invalid_reason(self) -> str | None:
-        """Why this combination breaks the budget convention, or None if it is valid."""
-        return budget_convention_violation(self.page_size, self.budget_tokens, self.sink_tokens,
-                                           self.window_tokens)
+        """Why this combination breaks the budget convention or a method knob does not go with the shared
+        knobs (ArkVale's top_pages past the selected pages), or None if it is valid."""
+        reason = budget_convention_violation(self.page_size, self.budget_tokens, self.sink_tokens,
+                                             self.window_tokens)
+        if reason is not None:
+            return reason
+        problem = entry(self.method).knobs_from(self.knob_values()).check_retrieval(self.retrieval)
+        return None if problem is None else f"{self.method} knob {problem}"
+
+    @property
+    def retrieval(self) -> RetrievalKnobs:
+        """The shared knobs (dense layers: the default; the study sets them); raises on an invalid one."""
+        return RetrievalKnobs(page_size=self.page_size, budget_tokens=self.budget_tokens,
+                              sink_tokens=self.sink_tokens, window_tokens=self.window_tokens)
+
+    def knob_values(self, side: str | None = None) -> dict[str, Any]:
+        """The method's own knobs this configuration sets (tau, group_pooling, page_summary where given,
+        and the options), those `side` ("runtime" / "simulator") reads when given."""
+        values = {k: getattr(self, k) for k in FREEKV_TOP_LEVEL if getattr(self, k) is not None}
+        values.update(self.options)
+        return values if side is None else knobs_for(self.method, values, side)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,17 +110,16 @@ def _text(value: Any) -> str | None:
 
 
 def make_config(method: str, shape: dict[str, int], knobs: dict[str, Any]) -> TrialConfig:
-    """A configuration of `method`: shape holds the shared knobs; knobs the method's own (RuntimeConfig
-    fields it reads, the rest go to `options`). RuntimeConfig fields it reads and `knobs` lacks keep
-    their defaults; those it does not read are None."""
-    # a knob the study leaves out: FreeKV's RuntimeConfig default; another method's own (None: RuntimeConfig
-    # resolves it, e.g. Quest's max pooling)
-    own = config_knobs(method)
-    fields_ = {k: (knobs.get(k, default if method == "freekv" else None) if k in own else None)
-               for k, default in _CONFIG_DEFAULTS.items()}
+    """A configuration of `method`: shape holds the shared knobs; knobs the method's own (tau,
+    group_pooling and page_summary where the method has them, the rest go to `options`). FreeKV's
+    top-level knobs that `knobs` lacks keep FreeKV's defaults; another method's stay None (its own
+    default applies, e.g. Quest's max pooling); those a method does not have are None."""
+    own = entry(method).knobs.names()
+    fields_ = {k: (knobs.get(k, getattr(_FREEKV, k) if method == "freekv" else None) if k in own else None)
+               for k in FREEKV_TOP_LEVEL}
     if fields_["tau"] is not None:
         fields_["tau"] = round(float(fields_["tau"]), TAU_DECIMALS)
-    options = {k: v for k, v in knobs.items() if k not in _CONFIG_DEFAULTS}
+    options = {k: v for k, v in knobs.items() if k not in FREEKV_TOP_LEVEL}
     return TrialConfig(method=method, **{k: int(shape[k]) for k in SHARED_KNOBS}, **fields_, options=options)
 
 

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dse.errors import DseError
 from dse.study_yaml import apply_overrides, format_validation_error, read_yaml_with_marks
 from sim.yaml_io import FileReadError, read_text_file
+from traces.catalogue import names as method_names
+from traces.catalogue.retrieval import GROUP_POOLINGS, PAGE_SUMMARIES, FreeKVKnobs
+from traces.retrieval_knobs import RetrievalKnobs, budget_convention_violation
 
 __all__ = [
     "Study",
@@ -64,6 +67,7 @@ TASK_NAMES = tuple(dict.fromkeys(task for task, _ in ACCURACY_METRICS.values()))
 SEARCH_KNOBS = ("method", "tau", "page_size", "budget_tokens", "sink_tokens", "window_tokens",
                 "group_pooling", "page_summary", "knobs")
 FREEKV_TOP_LEVEL = ("tau", "group_pooling", "page_summary")  # search.<knob>: FreeKV's knob, as before
+_SHARED, _FREEKV = RetrievalKnobs(), FreeKVKnobs()  # the defaults of the shared knobs and of FreeKV's
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -162,14 +166,14 @@ class SearchSection(_Strict):
     the page size, budget_tokens < sink + window + page) are skipped, never run."""
 
     method: list[str] = Field(default_factory=lambda: ["freekv"])
-    tau: TauRange | list[float] = Field(default_factory=lambda: [0.9])
-    page_size: list[int] = Field(default_factory=lambda: [32])
-    budget_tokens: list[int] = Field(default_factory=lambda: [2048])
-    sink_tokens: list[int] = Field(default_factory=lambda: [512])
-    window_tokens: list[int] = Field(default_factory=lambda: [512])
-    dense_layers: list[int] = Field(default_factory=lambda: [0])
-    group_pooling: list[str] = Field(default_factory=lambda: ["softmax_mean"])
-    page_summary: list[str] = Field(default_factory=lambda: ["minmax"])
+    tau: TauRange | list[float] = Field(default_factory=lambda: [_FREEKV.tau])
+    page_size: list[int] = Field(default_factory=lambda: [_SHARED.page_size])
+    budget_tokens: list[int] = Field(default_factory=lambda: [_SHARED.budget_tokens])
+    sink_tokens: list[int] = Field(default_factory=lambda: [_SHARED.sink_tokens])
+    window_tokens: list[int] = Field(default_factory=lambda: [_SHARED.window_tokens])
+    dense_layers: list[int] = Field(default_factory=lambda: list(_SHARED.dense_layers))
+    group_pooling: list[str] = Field(default_factory=lambda: [_FREEKV.group_pooling])
+    page_summary: list[str] = Field(default_factory=lambda: [_FREEKV.page_summary])
     # method -> {knob: values}: searched only in trials of that method (conditional space)
     knobs: dict[str, dict[str, KnobValues]] = Field(default_factory=dict)
 
@@ -185,8 +189,6 @@ class SearchSection(_Strict):
     @field_validator("group_pooling", "page_summary")
     @classmethod
     def _choices(cls, v: list[str], info: Any) -> list[str]:
-        from freekv_runtime.config import GROUP_POOLINGS, PAGE_SUMMARIES
-
         valid = GROUP_POOLINGS if info.field_name == "group_pooling" else PAGE_SUMMARIES
         bad = [x for x in v if x not in valid]
         if not v or bad:
@@ -206,20 +208,16 @@ class SearchSection(_Strict):
     @field_validator("method")
     @classmethod
     def _methods(cls, v: list[str]) -> list[str]:
-        from freekv_runtime.policies import POLICIES
-
         if not v:
             raise ValueError("method needs at least one value")
-        from sim.methods import METHODS as SIM_METHODS
-
-        searchable = {m for m in POLICIES if m != "full" and m in SIM_METHODS}
+        searchable = [m for m in method_names(searchable=True) if m != "dense"]
         bad = [m for m in v if m not in searchable]
         if bad:
-            valid = ", ".join(sorted(searchable))
-            no_model = sorted(m for m in bad if m in POLICIES and m != "full")
+            no_model = sorted(m for m in bad if m in method_names(runtime=True, simulator=False))
             note = (f"; {', '.join(no_model)} run in the runtime (dse trace) but have no simulator model yet"
                     if no_model else "")
-            raise ValueError(f"unknown method(s) {bad}; valid: {valid} (dense attention is a baseline){note}")
+            raise ValueError(f"unknown method(s) {bad}; valid: {', '.join(searchable)} (dense attention is a "
+                             f"baseline; `dse methods` lists every method){note}")
         return list(dict.fromkeys(v))
 
     @field_validator("tau")
@@ -334,35 +332,17 @@ class Sampler(_Strict):
     population_size: Annotated[int, Field(ge=2)] | None = None  # nsga2
 
 
-def budget_convention_violation(page_size: int, budget_tokens: int, sink_tokens: int,
-                                window_tokens: int) -> str | None:
-    """Why (page, budget, sink, window) breaks the budget convention (docs/contracts.md), or None."""
-    p = page_size
-    if sink_tokens % p or window_tokens % p:
-        return f"sink_tokens {sink_tokens} / window_tokens {window_tokens} are not multiples of page_size {p}"
-    if window_tokens < p:
-        return f"window_tokens {window_tokens} holds less than one page of {p}"
-    if budget_tokens % p:
-        return f"budget_tokens {budget_tokens} not a multiple of page_size {p}"
-    if budget_tokens < sink_tokens + window_tokens + p:
-        return (
-            f"budget_tokens {budget_tokens} < sink {sink_tokens} + window {window_tokens} + one page {p} "
-            "(the budget counts sink and window)"
-        )
-    return None
-
-
 class Knobs(_Strict):
     """One fixed retrieval configuration (the untuned-FreeKV baseline); checked like a trial's."""
 
     method: str = "freekv"
-    tau: Annotated[float, Field(ge=-1.0, le=1.0)] = 0.9
-    page_size: Annotated[int, Field(gt=0)] = 32
-    budget_tokens: Annotated[int, Field(gt=0)] = 2048
-    sink_tokens: Annotated[int, Field(ge=0)] = 512
-    window_tokens: Annotated[int, Field(gt=0)] = 512
-    group_pooling: str = "softmax_mean"
-    page_summary: str = "minmax"
+    tau: Annotated[float, Field(ge=-1.0, le=1.0)] = _FREEKV.tau
+    page_size: Annotated[int, Field(gt=0)] = _SHARED.page_size
+    budget_tokens: Annotated[int, Field(gt=0)] = _SHARED.budget_tokens
+    sink_tokens: Annotated[int, Field(ge=0)] = _SHARED.sink_tokens
+    window_tokens: Annotated[int, Field(gt=0)] = _SHARED.window_tokens
+    group_pooling: str = _FREEKV.group_pooling
+    page_summary: str = _FREEKV.page_summary
 
     @field_validator("method")
     @classmethod

@@ -31,7 +31,7 @@ from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.model import ModelAdapter
 from freekv_runtime.policies import make_policy
 from freekv_runtime.policies.base import KVPolicy
-from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.random_weights import load_random_model
 from freekv_runtime.recorder import TraceRecorder
 from freekv_runtime.stats import Estimate
@@ -40,6 +40,7 @@ from freekv_runtime.tasks.base import ForcedResult
 from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter, open_trace
+from traces.catalogue import DENSE
 from traces.models import get_model
 from traces.probe import PROBE_KEY
 
@@ -190,11 +191,11 @@ class PolicyRunner:
     def dense_teacher_forced_batch(
         self, prompts: list[list[int]], forced: list[list[int]]
     ) -> list[torch.Tensor]:
-        full = FullPolicy(replace(self.policy.config, method="full", measure_attention_mass=False))
+        dense = DensePolicy(replace(self.policy.config, method=DENSE, knobs={}, measure_attention_mass=False))
         out: list[torch.Tensor] = [torch.empty(0)] * len(prompts)
         keys = [(len(p), len(f)) for p, f in zip(prompts, forced, strict=True)]
         for idx in batch_groups(keys, self.batch_size):
-            ctx = self._context(full, len(idx), sum(keys[idx[0]]), None)
+            ctx = self._context(dense, len(idx), sum(keys[idx[0]]), None)
             logits = teacher_forced(
                 ctx, self._ids([prompts[i] for i in idx]), self._ids([forced[i] for i in idx])
             ).cpu()  # (b, N, V)
@@ -203,11 +204,11 @@ class PolicyRunner:
         return out
 
     def dense_generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuation with dense attention (the full policy), untraced."""
-        full = FullPolicy(replace(self.policy.config, method="full", measure_attention_mass=False))
+        """Greedy continuation with dense attention (the dense policy), untraced."""
+        dense = DensePolicy(replace(self.policy.config, method=DENSE, knobs={}, measure_attention_mass=False))
         out: list[list[int]] = [[]] * len(prompts)
         for idx in batch_groups([(len(p),) for p in prompts], self.batch_size):
-            ctx = self._context(full, len(idx), len(prompts[idx[0]]) + max_new_tokens, None)
+            ctx = self._context(dense, len(idx), len(prompts[idx[0]]) + max_new_tokens, None)
             tokens = generate(ctx, self._ids([prompts[i] for i in idx]), max_new_tokens)
             for j, i in enumerate(idx):
                 out[i] = tokens[j].tolist()
@@ -245,9 +246,9 @@ def device_string(device: torch.device) -> str:
 
 def runtime_dict(runtime: RuntimeConfig, n_layers: int, dtype: str, batch_size: int = 1) -> dict[str, Any]:
     """RunMetadata.runtime: the config plus dtype and batch size (the largest batch the sequences ran
-    in: step timings are per batch step); `full` lists every layer as dense."""
+    in: step timings are per batch step); dense attention lists every layer as dense."""
     out = runtime.to_dict()
-    if runtime.method == "full":
+    if runtime.method == DENSE:
         out["dense_layers"] = list(range(n_layers))  # every layer attends the whole context
     out.update(dtype=dtype, batch_size=batch_size)
     return out

@@ -199,7 +199,7 @@ def _first_sequence(demand: Demand) -> Demand:
     return dataclasses.replace(
         demand,
         corrected=demand.corrected[:1],
-        miss_ratio=demand.miss_ratio[:1],
+        fetch_ratio=demand.fetch_ratio[:1],
         similarity=None if demand.similarity is None else demand.similarity[:1],
         timings_s=demand.timings_s[:1],
         evict_ratio=None if demand.evict_ratio is None else demand.evict_ratio[:1],

@@ -2,18 +2,19 @@
 
 Two forms:
 - `Demand`: per source sequence, arrays (S_i, L, H) on the TARGET model's layers and KV heads:
-  `corrected` (bool), `miss_ratio` (the FETCH ratio: tokens copied host -> GPU at the step over the
-  trace's selection capacity budget - sink - window; for FreeKV exactly missed / selected pages),
+  `corrected` (bool), `fetch_ratio` (tokens copied host -> GPU at the step over the trace's selection
+  capacity budget - sink - window; for FreeKV exactly missed / selected pages),
   `evict_ratio` (tokens the head's GPU cache gave up, over the same capacity), `refactorised` (bool,
   ShadowKV's re-factorisation) and, for real traces, `similarity` (to recompute corrections for another
   tau). `method` names the runtime policy whose demand it is (the trace's meta.runtime["method"], absent:
   "freekv"; None for synthetic demand). Built by `demand_from_trace` (optionally transplanted from
   another model) or `sim.synthetic.synthetic_demand`.
-- a trace of dense attention (the runtime's `full` policy, or any policy with every layer dense) selected
-  and recalled nothing: it loads into a Demand with method `DENSE_POLICY` ("full", `dense_attention`
-  True), zero corrections and ratios (similarity NaN) on its recorded steps. It holds no recall demand:
-  no method model prices it (`Method.uses_demand` is False); the models that need demand refuse it, also
-  with `SimConfig.transplant_method` (sim.engine.check_replay), the others replay it in closed form.
+- a trace of dense attention (the runtime's `dense` policy, "full" in older traces, or any policy with
+  every layer dense) selected and recalled nothing: it loads into a Demand with method `DENSE_POLICY`
+  ("dense", `dense_attention` True), zero corrections and ratios (similarity NaN) on its recorded steps.
+  It holds no recall demand: no method model prices it (`Method.uses_demand` is False); the models that
+  need demand refuse it, also with `SimConfig.transplant_method` (sim.engine.check_replay), the others
+  replay it in closed form.
 - `BatchDemand`: what the engine and methods consume: per (step, layer) totals over the batch and KV
   heads for one SimConfig (context length, budget, batch), see `batch_demand`.
 
@@ -23,12 +24,10 @@ Mapping rules (documented in every output through `transplanted_from` / `synthet
 - steps: batch member b replays source sequence b mod n_seqs from a step offset that spreads members
   over the sequence, cycling when the target generates more steps than the trace holds. Only the trace's
   steps past its own budget (see "budget") are kept: the others checked, selected and recalled nothing.
-- budget: while the target's context fits its budget (ceil(context / p) <= budget_tokens // p, the
-  budget counting sink and window) nothing is checked, selected or recalled: the official runtime takes
-  its sparse path only when `kvc.n_pages > budget` (rooikeee/FreeKV source/freekv/adapter/modeling.py:210,
-  n_pages = ceil(seq_len / p) with this step's token: kv_cache.py:130-131, 213-216; budget =
-  budget_tokens // page_size: source/pred.py:209). Those steps have no corrected heads, no selected and
-  no missed pages, whatever the trace recorded there.
+- budget: while the target's context fits its budget (traces.retrieval_knobs `fits_budget`: ceil(context
+  / p) <= budget_tokens // p, the official runtime's `kvc.n_pages > budget` test) nothing is checked,
+  selected or recalled. Those steps have no corrected heads, no selected and no missed pages, whatever
+  the trace recorded there.
 - pages: past the budget the target selects selected_pages per head (budget of the SimConfig, context of
   the target: input_tokens + step + 1); the missed pages are that count times the recorded fetch ratio,
   rounded to the nearest integer; the fetched tokens are the target's capacity (budget - sink - window
@@ -45,10 +44,9 @@ Mapping rules (documented in every output through `transplanted_from` / `synthet
   gives target layer l the share of its source layer round(l * (Ls - 1) / (Lt - 1)) (`layer_map` without
   the move off dense layers: the probe measured every layer, dense ones too). A share transfers to
   another model's head count as it is. Absent (None) when the trace records no probe.
-- candidate pages: ceil(context / p) - sink pages - window pages (at least 0), as the runtime's store
-  (freekv_runtime/kv_store.py `candidate_range`: pages [sink, cur_page - window + 1), cur_page =
-  (context - 1) // p, the partial last page inside the window) and the official runtime ([ns, n_pages -
-  nw)).
+- candidate pages: ceil(context / p) - sink pages - window pages (at least 0): traces.retrieval_knobs
+  `candidate_pages`, as the runtime's store (freekv_runtime/kv_store.py `candidate_range`) and the
+  official runtime ([ns, n_pages - nw)).
 """
 
 from __future__ import annotations
@@ -60,8 +58,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.errors import SimInputError
+from traces.catalogue import DENSE
 from traces.models import ModelSpec, get_model
 from traces.probe import retrieval_heads_of
+from traces.retrieval_knobs import budget_fit_tokens
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
@@ -70,15 +70,15 @@ if TYPE_CHECKING:
 __all__ = ["Demand", "BatchDemand", "demand_from_trace", "batch_demand", "layer_map", "head_map",
            "replay_notes", "DENSE_POLICY"]
 
-DENSE_POLICY = "full"  # the runtime's dense-attention policy (freekv_runtime/policies/full.py)
+DENSE_POLICY = DENSE  # the runtime's dense-attention policy (traces.catalogue)
 
 
 @dataclass(frozen=True)
 class Demand:
     """Per-sequence demand on the target shape (L = target layers, H = target KV heads).
 
-    corrected[i]: (S_i, L, H) bool; miss_ratio[i]: (S_i, L, H) float32 >= 0, the fetch ratio (module
-    docstring; at most 1 for page-recall methods, FreeKV's missed / selected pages);
+    corrected[i]: (S_i, L, H) bool; fetch_ratio[i]: (S_i, L, H) float32 >= 0 (module docstring; at most 1
+    for page-recall methods, FreeKV's missed / selected pages);
     similarity[i]: (S_i, L, H) float32 (NaN where undefined) or None for synthetic demand.
     evict_ratio[i]: (S_i, L, H) float32 >= 0, evicted tokens over the capacity; refactorised[i]: (S_i, L,
     H) bool; both None when nothing was recorded (synthetic demand: read as zeros).
@@ -94,7 +94,7 @@ class Demand:
 
     model: str
     corrected: tuple[np.ndarray, ...]
-    miss_ratio: tuple[np.ndarray, ...]
+    fetch_ratio: tuple[np.ndarray, ...]
     similarity: tuple[np.ndarray, ...] | None
     source: str
     transplanted_from: str | None = None
@@ -116,11 +116,6 @@ class Demand:
         """True for a trace of dense attention: it holds no selection or recall demand (module docstring);
         its policy as recorded is `source_runtime["method"]`."""
         return self.method == DENSE_POLICY
-
-    @property
-    def fetch_ratio(self) -> tuple[np.ndarray, ...]:
-        """The fetch ratio per sequence (S_i, L, H): `miss_ratio` under its general name."""
-        return self.miss_ratio
 
     @property
     def n_layers(self) -> int:
@@ -230,11 +225,11 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     src: ModelSpec = meta.model
     tgt = get_model(target_model) if target_model else src
     dense = {int(x) for x in meta.runtime.get("dense_layers", ())}
-    if meta.runtime.get("method") == DENSE_POLICY or set(range(src.n_layers)) <= dense:
+    if meta.method == DENSE_POLICY or set(range(src.n_layers)) <= dense:
         return _dense_attention_demand(reader, src, tgt, str(getattr(reader, "path", trace)))
     lmap = layer_map(tgt.n_layers, src.n_layers, dense)
     hmap = head_map(tgt.n_kv_heads, src.n_kv_heads)
-    fit_tokens = _budget_fit_tokens(meta.runtime)
+    fit_tokens = budget_fit_tokens(meta.runtime.get("page_size"), meta.runtime.get("budget_tokens"))
     capacity = _capacity_tokens(meta.runtime)
     page = meta.runtime.get("page_size")
     per_seq: dict[int, dict[str, list]] = {}
@@ -287,17 +282,17 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     return Demand(
         model=tgt.name,
         corrected=tuple(corrected),
-        miss_ratio=tuple(ratio),
+        fetch_ratio=tuple(ratio),
         similarity=tuple(similarity),
         source=str(getattr(reader, "path", trace)),
         transplanted_from=transplanted,
-        source_tau=meta.runtime.get("tau"),
+        source_tau=meta.method_knobs.get("tau"),
         timing_clock=meta.timing_clock,
         timings_s=tuple(timings),
         source_runtime=dict(meta.runtime),
         skipped_steps=tuple(skipped[seq] for seq in sorted(per_seq)),
         recorded_context_tokens=longest,
-        method=str(meta.runtime.get("method") or "freekv"),
+        method=meta.method,
         evict_ratio=tuple(evict) if capacity is not None else None,
         refactorised=tuple(refac),
         retrieval_share=share,
@@ -320,11 +315,11 @@ def _dense_attention_demand(reader: TraceReader, src: ModelSpec, tgt: ModelSpec,
     return Demand(
         model=tgt.name,
         corrected=tuple(np.zeros(s, dtype=bool) for s in shapes),
-        miss_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
+        fetch_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
         similarity=tuple(np.full(s, np.nan, dtype=np.float32) for s in shapes),
         source=source,
         transplanted_from=src.name if tgt.name != src.name else None,
-        source_tau=meta.runtime.get("tau"),
+        source_tau=meta.method_knobs.get("tau"),
         timing_clock=meta.timing_clock,
         timings_s=tuple(tuple(steps[seq]) for seq in sorted(steps)),
         source_runtime=dict(meta.runtime),
@@ -371,14 +366,6 @@ def replay_notes(demand: Demand | None, cfg: SimConfig) -> list[str]:
         if isinstance(rt.get(key), int) and rt[key] != getattr(cfg, key):
             notes.append(f"the trace was recorded with {flag} {rt[key]}; replayed with {getattr(cfg, key)}")
     return notes
-
-
-def _budget_fit_tokens(runtime: dict) -> int | None:
-    """The largest context that fits a run's budget (budget_tokens // page_size whole pages), or None."""
-    p, budget = runtime.get("page_size"), runtime.get("budget_tokens")
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (p, budget)):
-        return None
-    return budget // p * p
 
 
 def _capacity_tokens(runtime: dict) -> int | None:
@@ -485,12 +472,9 @@ def batch_demand(
 
 def _context(cfg: SimConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(S,) context tokens, candidate pages, over the budget (bool), pages selected per head."""
-    p = cfg.page_size
     context = cfg.input_tokens + np.arange(cfg.output_tokens, dtype=np.int64) + 1
-    n_pages = -(-context // p)
-    candidates = np.maximum(0, n_pages - cfg.sink_tokens // p - cfg.window_tokens // p)
-    over = n_pages > cfg.budget_tokens // p
-    return context, candidates, over, np.where(over, cfg.selected_pages, 0).astype(np.int64)
+    over = ~cfg.fits_budget(context)
+    return context, cfg.candidate_pages(context), over, np.where(over, cfg.selected_pages, 0).astype(np.int64)
 
 
 def _dense_mask(cfg: SimConfig, n_layers: int) -> np.ndarray:
@@ -533,7 +517,7 @@ def _source_tables(demand: Demand, seq: int, cfg: SimConfig) -> dict[str, np.nda
     (rint(ratio * capacity tokens)) of corrected heads and of the others; evicted tokens; re-factorised
     heads. Each (S_src, L) int64, summed over heads."""
     corr = _corrected(demand, seq, cfg.tau)
-    ratio = demand.miss_ratio[seq]
+    ratio = demand.fetch_ratio[seq]
     capacity = np.float32(cfg.selected_pages * cfg.page_size)
     missed = np.rint(ratio * np.float32(cfg.selected_pages)).astype(np.int64)
     fetched = np.rint(ratio * capacity).astype(np.int64)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from sim.demand import DENSE_POLICY
 from sim.errors import SimInputError
 from sim.methods import available_methods, method_class
+from traces.catalogue import entry
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
@@ -48,8 +49,8 @@ def own_demand_methods(names: list[str], trace_method: str | None) -> tuple[list
         return list(names), []
     kept, refused = [], []
     for name in names:
-        cls = method_class(name)
-        (kept if not cls.needs_demand or cls.replays == trace_method else refused).append(name)
+        needs = method_class(name).needs_demand
+        (kept if not needs or entry(name).replays == trace_method else refused).append(name)
     return kept, refused
 
 
@@ -72,7 +73,7 @@ def replay_refusal(names: list[str], demand: Demand | None, transplant: bool = F
         return None
     if demand.dense_attention:
         return f"--method {','.join(refused)}: " + _dense_text(refused, demand)
-    replays = {n: method_class(n).replays for n in refused}
+    replays = {n: entry(n).replays for n in refused}
     if len(refused) == 1:
         name = refused[0]
         own = f"the {name!r} model replays " + (
@@ -107,7 +108,9 @@ def demand_free_methods() -> list[str]:
 
 
 def _dense_text(refused: list[str], demand: Demand) -> str:
-    policy = demand.source_runtime.get("method") or "freekv"
+    from traces.catalogue import runtime_method
+
+    policy = runtime_method(demand.source_runtime)
     how = f"runtime policy {policy!r}" + ("" if policy == DENSE_POLICY else " with every layer dense")
     which, them = (f"the {refused[0]} model", "it") if len(refused) == 1 else ("these models", "them")
     return (

@@ -219,7 +219,7 @@ def synthetic_demand(spec: str, model: str, seed: int = 0) -> Demand:
     return Demand(
         model=m.name,
         corrected=tuple(corrected),
-        miss_ratio=tuple(ratios),
+        fetch_ratio=tuple(ratios),
         similarity=None,
         source=f"synthetic:{spec}",
         synthetic=spec,

@@ -358,6 +358,13 @@ def _check_runtime(runtime: dict[str, Any], model: ModelSpec, path: Path) -> Non
     tau = runtime.get("tau")
     if tau is not None and (not isinstance(tau, (int, float)) or isinstance(tau, bool)):
         raise TraceError(f"{path}: meta.runtime.tau must be a number or null, got {tau!r}")
+    for name in ("knobs", "extra"):
+        if name in runtime and not isinstance(runtime[name], dict):
+            raise TraceError(f"{path}: meta.runtime.{name} must be an object of method knobs, got "
+                             f"{runtime[name]!r}")
+    knob_tau = runtime.get("knobs", {}).get("tau")
+    if knob_tau is not None and (not isinstance(knob_tau, (int, float)) or isinstance(knob_tau, bool)):
+        raise TraceError(f"{path}: meta.runtime.knobs.tau must be a number or null, got {knob_tau!r}")
     dense = runtime.get("dense_layers", [])
     if not isinstance(dense, list) or not all(
         isinstance(x, int) and not isinstance(x, bool) and 0 <= x < model.n_layers for x in dense

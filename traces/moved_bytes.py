@@ -6,21 +6,22 @@ on the GPU as low-rank pre-RoPE factors and are rebuilt there (freekv_runtime/po
 `fetched_tokens` = value tokens; bytedance/ShadowKV `models/kv_cache.py` ShadowKV_CPU gathers value
 chunks only). InfiniGen prefetches the selected tokens' keys and values (freekv_runtime/policies/
 infinigen.py; snu-comparch/InfiniGen `kv_selection_controller.py` `select_kv` gathers both), like FreeKV,
-Quest and ArkVale recalling pages. Dropping methods evict both. Plain Python (no numpy, no torch).
+Quest and ArkVale recalling pages. Dropping methods evict both. The catalogue entry of each method says
+which (traces.catalogue, `MethodEntry.moved_parts`). Plain Python (no numpy, no torch).
 """
 
 from __future__ import annotations
 
-__all__ = ["MOVED_PARTS", "moved_parts", "token_bytes", "token_bytes_basis"]
+from traces.catalogue import CATALOGUE, runtime_method
 
-# method (meta.runtime["method"]) -> the parts of a head-token it moves; every other method: K and V
-MOVED_PARTS: dict[str, tuple[str, ...]] = {"shadowkv": ("V",)}
-_DEFAULT = ("K", "V")
+__all__ = ["moved_parts", "token_bytes", "token_bytes_basis"]
 
 
 def moved_parts(method: object) -> tuple[str, ...]:
-    """("K", "V"), or ("V",) for ShadowKV; a trace without a (string) method is FreeKV's (K and V)."""
-    return MOVED_PARTS.get(method, _DEFAULT) if isinstance(method, str) else _DEFAULT
+    """The parts of a head-token `method` moves (its catalogue entry's `moved_parts`): ("K", "V"), or
+    ("V",) for ShadowKV; a trace without a (string) method is FreeKV's (K and V)."""
+    entry = CATALOGUE.get(runtime_method({"method": method}))
+    return entry.moved_parts if entry is not None else ("K", "V")
 
 
 def token_bytes(method: object, head_dim: int, kv_dtype_bytes: int) -> int:

@@ -44,9 +44,12 @@ TimingClock = Literal["cuda_event", "wall", "none"]
 class RunMetadata:
     """Everything needed to interpret (and reproduce) a trace.
 
-    runtime: the retrieval configuration, keys `method`, `page_size`, `budget_tokens` (counts sink and
-        window, see README), `sink_tokens`, `window_tokens`, `tau`, `dense_layers`, `dtype`,
-        `batch_size`, and any method-specific keys.
+    runtime: the configuration, keys `method` (a catalogue name, traces.catalogue; "full" in traces
+        written before dense attention was named "dense"), `page_size`, `budget_tokens` (counts sink and
+        window, see README), `sink_tokens`, `window_tokens`, `dense_layers` (the retrieval knobs,
+        traces.retrieval_knobs), `knobs` (the method's own knobs its runtime reads; older traces hold
+        `tau`, `group_pooling`, `page_summary` and `extra` instead), `measure_attention_mass`, `dtype`,
+        `batch_size`. Read them with `method`, `retrieval` and `method_knobs`.
     task: task name and parameters (e.g. {"name": "passkey", "context_tokens": 4096, ...}).
     seeds: every seed used (e.g. {"task": 0, "sampling": 0}).
     device: e.g. "cpu" or "cuda:0 (NVIDIA A100-SXM4-40GB)".
@@ -64,6 +67,28 @@ class RunMetadata:
     created_utc: str
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        """The run's method by its current catalogue name (traces.catalogue.runtime_method)."""
+        from traces.catalogue import runtime_method
+
+        return runtime_method(self.runtime)
+
+    @property
+    def method_knobs(self) -> dict[str, Any]:
+        """The method's own knobs the run used (traces.catalogue.runtime_knobs)."""
+        from traces.catalogue import runtime_knobs
+
+        return runtime_knobs(self.runtime)
+
+    @property
+    def retrieval(self) -> Any:
+        """The run's retrieval knobs (traces.retrieval_knobs.RetrievalKnobs), or None where the metadata
+        lacks one or they break the budget convention."""
+        from traces.retrieval_knobs import RetrievalKnobs
+
+        return RetrievalKnobs.from_runtime(self.runtime)
 
 
 @dataclass(frozen=True)

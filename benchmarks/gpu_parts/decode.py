@@ -1,4 +1,4 @@
-"""Part `decode`: `full` and `freekv` decode on the Llama-3.1-8B shape with random weights, bf16.
+"""Part `decode`: `dense` and `freekv` decode on the Llama-3.1-8B shape with random weights, bf16.
 
 Per (context, batch, method[, tau]): a fresh policy state is filled through the policy's own prefill
 with `context` tokens of random K/V per layer and one query (the prefill's attention output is not
@@ -137,9 +137,8 @@ def _one(
     from traces import RunMetadata, TraceWriter
 
     device, dtype = loaded.device, loaded.dtype
-    knobs = RuntimeConfig(
-        method=method, tau=tau if tau is not None else 0.9, dense_layers=(0,), **setup.knobs
-    )
+    knobs = RuntimeConfig(method=method, dense_layers=(0,), **setup.knobs,
+                          knobs={} if tau is None else {"tau": tau})
     adapter = ModelAdapter(loaded.model)
     timer = OpTimer(device)
     policy = make_policy(knobs)
@@ -313,7 +312,7 @@ def run(out: Path, opts: Options) -> dict:
     t0 = time.perf_counter()
     loaded = load_random_model(setup.model, opts.seed, device, setup.dtype, setup.layers)
     build_s = time.perf_counter() - t0
-    methods: list[tuple[str, float | None]] = [("full", None)] + [("freekv", t) for t in opts.taus]
+    methods: list[tuple[str, float | None]] = [("dense", None)] + [("freekv", t) for t in opts.taus]
     rows: list[dict[str, Any]] = []
     for context in contexts:
         for batch in batches:

@@ -229,11 +229,9 @@ def run_command(
     )
     if software is not None:
         base["software"] = software
-    if method is None:  # the model of the trace's own policy (the runtime's dense policy: dense)
-        from dse.objective import SIM_METHOD
-
+    if method is None:  # the model of the trace's own policy
         own = demand.method if demand is not None else None
-        method = SIM_METHOD.get(own, own) if own else "freekv"
+        method = own or "freekv"
     mode = implementation or ("both" if method == "all" else "as-published")
     modes = ["as-published", "ideal"] if mode == "both" else [mode]
     last = output_tokens - 1
@@ -304,9 +302,8 @@ def _run_batch(batch: int, methods: list[str], modes: list[str], method: str, de
                seed: int, engine: str, steps: list[int]) -> tuple[dict[str, dict], dict[str, str]]:
     """by_mode[implementation][method] -> SimResult at `batch`, and the methods skipped (why)."""
     from sim import SimConfig, SimInputError, run_simulation
-    from sim.methods import missing_methods
 
-    skipped = {m: "module not present yet" for m in missing_methods()} if method == "all" else {}
+    skipped: dict[str, str] = {}
     by_mode: dict[str, dict] = {m: {} for m in modes}
     for name in methods:
         if method == "all" and demand is None:

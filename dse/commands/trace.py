@@ -14,11 +14,19 @@ from typing import Any
 import click
 
 from dse.errors import DseError
+from traces.catalogue import CATALOGUE, names
+from traces.catalogue.retrieval import GROUP_POOLINGS, PAGE_SUMMARIES
 
 __all__ = ["command"]
 
 _POS = click.IntRange(min=1)
 _NONNEG = click.IntRange(min=0)
+
+
+def _having(knob: str) -> str:
+    """The methods with a runtime policy that read `knob`, for help texts."""
+    return ", ".join(e.name for e in CATALOGUE.values() if e.policy is not None
+                     and (spec := e.knobs.spec(knob)) is not None and spec.reads("runtime"))
 
 
 def _dense_layers(text: str) -> tuple[int, ...]:
@@ -32,7 +40,7 @@ def _dense_layers(text: str) -> tuple[int, ...]:
 
 
 def _options(values: tuple[str, ...]) -> dict[str, Any]:
-    """--option KEY=VALUE pairs -> RuntimeConfig.extra; the policy validates the keys and values."""
+    """--option KEY=VALUE pairs -> the method's knobs (RuntimeConfig.knobs checks names and values)."""
     from dse.commands.key_values import key_values
 
     return key_values(values, "--option", "kernel_size=7, a method knob")
@@ -151,18 +159,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--sink-tokens", type=_NONNEG, default=None, help="Sink tokens [RuntimeConfig default].")
 @click.option("--window-tokens", type=_NONNEG, default=None,
               help="Local window tokens [RuntimeConfig default].")
-@click.option("--tau", type=float, default=None, help="Correction threshold [RuntimeConfig default].")
-@click.option("--group-pooling", type=click.Choice(["softmax_mean", "softmax_scaled_mean", "mean", "max"]),
-              default=None, help="Pooling of a GQA group's page scores (freekv, quest, arkvale) [the "
-                   "method's own: freekv softmax_mean, quest max, arkvale mean].")
-@click.option("--page-summary", type=click.Choice(["minmax", "box"]), default=None,
-              help="Per-page key summary, min/max or centre +- mean radius (freekv, quest, arkvale) "
-                   "[the method's own: minmax, arkvale box].")
+@click.option("--tau", type=float, default=None,
+              help=f"Correction threshold, the knob tau of {_having('tau')} [the method's default].")
+@click.option("--group-pooling", type=click.Choice(GROUP_POOLINGS), default=None,
+              help="Pooling of a GQA group's page scores, the knob group_pooling of "
+                   f"{_having('group_pooling')} [the method's own].")
+@click.option("--page-summary", type=click.Choice(PAGE_SUMMARIES), default=None,
+              help=f"Per-page key summary, min/max or centre +- mean radius, the knob page_summary of "
+                   f"{_having('page_summary')} [the method's own].")
 @click.option("--method", default="freekv", show_default=True,
-              help="KV policy: a name in freekv_runtime.policies.POLICIES (freekv, full, streamingllm, ...).")
+              help=f"KV method with a runtime policy: {', '.join(names(runtime=True))} (`dse methods` lists "
+              "them with their knobs).")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="A method-specific knob (RuntimeConfig.extra), repeatable: e.g. snapkv "
-              "observation_tokens=32, raas alpha=0.05 (docs/methods.md, Runtime policies).")
+              help="A knob of the method that the runtime reads, repeatable: e.g. snapkv "
+              "observation_tokens=32, raas alpha=0.05 (`dse methods METHOD` lists them).")
 @click.option("--dense-layers", default="0", show_default=True, help="Comma-separated dense layers.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="Local HF directory (config.json + safetensors) or .gguf file.")
@@ -210,15 +220,14 @@ def command(
 
     _check_before_loading(model, _dense_layers(dense_layers), out_dir, overwrite)
 
-    knobs = {
-        "budget_tokens": budget_tokens, "page_size": page_size, "sink_tokens": sink_tokens,
-        "window_tokens": window_tokens, "tau": tau, "group_pooling": group_pooling,
-        "page_summary": page_summary,
-    }
+    shared = {"budget_tokens": budget_tokens, "page_size": page_size, "sink_tokens": sink_tokens,
+              "window_tokens": window_tokens}
+    flags = {"tau": tau, "group_pooling": group_pooling, "page_summary": page_summary}
     runtime = RuntimeConfig(
         method=method, dense_layers=_dense_layers(dense_layers),
-        measure_attention_mass=measure_attention_mass, extra=_options(options),
-        **{k: v for k, v in knobs.items() if v is not None},
+        measure_attention_mass=measure_attention_mass,
+        knobs={**{k: v for k, v in flags.items() if v is not None}, **_options(options)},
+        **{k: v for k, v in shared.items() if v is not None},
     )
     task = TaskSpec(
         name=task_name, context_tokens=context_tokens, n_samples=samples, decode_tokens=decode_tokens,

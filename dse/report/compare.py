@@ -3,7 +3,7 @@
 Shown when the study's runs (trials and untuned baselines; dense attention aside) cover two or more
 methods. One figure per hardware profile: each trial is a point coloured by its method, its marker
 saying the method's kind (retrieval: the whole KV stays reachable on the host, circle; dropping:
-evicted tokens are gone, triangle; `freekv_runtime.policies.KIND`); each method's best point (its most
+evicted tokens are gone, triangle; the catalogue's kind, traces.catalogue); each method's best point (its most
 accurate run on that profile, then the fastest) is ringed; each method's untuned baseline
 (baselines.untuned, baselines.untuned_freekv) is a diamond of its colour; dense attention is a star.
 Every point replays its own trace with the same-named simulator model (dse/objective.py): no method is

@@ -46,7 +46,7 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
 def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     from sim import load_profile
     from sim.errors import SimInputError
-    from sim.methods import available_methods, missing_methods
+    from sim.methods import available_methods
     from sim.replay_rules import replayable_methods
 
     w = workload(data)
@@ -109,8 +109,6 @@ def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Bl
         _table(results, other, modes, methods, accuracy, data, prov),
     ]
     notes = [f"{m}: {msg}" for m, msg in failed.items()]
-    if missing_methods():
-        notes.append(f"not installed in the simulator: {', '.join(missing_methods())}")
     if notes:
         blocks.append(NoteBlock("Methods not compared — " + "; ".join(notes), kind="warning"))
     return blocks

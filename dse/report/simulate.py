@@ -16,6 +16,7 @@ from typing import Any
 from dse.errors import DseError
 from dse.report.data import ReportData, Run
 from dse.report.summary import hit_rate, overall_correction_rate
+from traces.catalogue import canonical
 
 __all__ = [
     "ReplayDemand",
@@ -31,12 +32,11 @@ __all__ = [
 ]
 
 KNOB_KEYS = ("page_size", "budget_tokens", "sink_tokens", "window_tokens")
-_RUNTIME_TO_SIM = {"full": "dense"}  # runtime policy name -> simulator method name (dse.objective.SIM_METHOD)
 
 
 def sim_method(config: dict[str, Any]) -> str:
-    method = str(config.get("method", "freekv"))
-    return _RUNTIME_TO_SIM.get(method, method)
+    """The method of a stored run's config by its current name (a dense run of an older study: "full")."""
+    return canonical(str(config.get("method", "freekv")))
 
 
 @dataclass(frozen=True)
@@ -118,13 +118,14 @@ def sim_config(
 ) -> Any:
     """A SimConfig for `config`'s knobs on `profile` (method overrides config's method; implementation
     overrides the study's `implementation`, default as-published)."""
-    from dse.method_knobs import sim_options
+    from dse.method_knobs import knobs_for
     from sim import SimConfig
 
     knobs = {k: int(config[k]) for k in KNOB_KEYS if config.get(k) is not None}
     target = method or sim_method(config)
     # the run's own method: the knobs its simulator model also takes (another method takes none of them)
-    options = sim_options(target, dict(config.get("options") or {})) if target == sim_method(config) else {}
+    own = target == sim_method(config)
+    options = knobs_for(target, dict(config.get("options") or {}), "simulator") if own else {}
     dense_layers = tuple((data.results.config.get("search") or {}).get("dense_layers", ()) or ())
     study = data.results.config
     pricing = {k: study[k] for k in ("implementation", "software") if study.get(k)}

@@ -29,7 +29,6 @@ Shapes: b batch, Hq / Hkv query / KV heads, G = Hq / Hkv, N cached tokens, T pro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,10 +38,10 @@ from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.policies._dense import dense_decode
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import AttentionShape, PolicyState, PrefillDecisions, StepDecisions
-from freekv_runtime.policies.full import DenseKVCache
+from freekv_runtime.policies.dense import DenseKVCache
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["DroppingState", "masked_decode", "prompt_attention", "lowest_kept", "checked_extra"]
+__all__ = ["DroppingState", "masked_decode", "prompt_attention", "lowest_kept"]
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 _PROMPT_CHUNK = 256  # prompt queries per block when the prompt's attention probabilities are needed
@@ -98,25 +97,6 @@ def lowest_kept(score: torch.Tensor, candidate: torch.Tensor, n_drop: int) -> to
     order = torch.sort(ranked, dim=-1, stable=True).indices
     return order[..., :n_drop]
 
-
-def int_at_least(low: int) -> Callable[[object], bool]:
-    """A knob predicate for `checked_extra`: an integer (not a bool) >= low."""
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def checked_extra(config: RuntimeConfig, method: str, defaults: dict[str, object],
-                  checks: dict[str, tuple[object, str]]) -> dict[str, object]:
-    """config.extra merged over `defaults`, every key known and valid. checks: key -> (predicate, what is
-    valid); a RuntimeConfigError names the key and what is valid."""
-    from freekv_runtime.config import RuntimeConfigError
-
-    for key, value in config.extra.items():
-        if key not in defaults:
-            raise RuntimeConfigError(f"extra.{key} is not a {method} knob: valid keys are {sorted(defaults)}")
-        ok, valid = checks[key]
-        if not ok(value):  # type: ignore[operator]
-            raise RuntimeConfigError(f"extra.{key} of {method} must be {valid}, got {value!r}")
-    return {**defaults, **config.extra}
 
 
 class DroppingState(PolicyState):

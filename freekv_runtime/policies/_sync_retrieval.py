@@ -4,7 +4,7 @@ The whole KV stays on the host (FreeKV's `PagedKVStore`: every full page offload
 sink and window pages on the device, a cache of `selected_pages` slots per KV head). At every decode step
 of a sparse layer whose context exceeds the budget:
 1. score the candidate pages with the current query (`kernels.page_scores` over the store's summaries,
-   `config.group_pooling` over a GQA group; optionally pooled again over `heads_per_selection` KV heads,
+   `config.knobs.group_pooling` over a GQA group; optionally pooled again over `heads_per_selection` KV heads,
    which then share one selection);
 2. the top `top_pages` pages (default: every slot) must be on the device: `plan_reuse` marks the ones
    already resident (hits) and puts each miss into an empty slot or over the lowest-scoring resident page
@@ -32,11 +32,7 @@ from freekv_runtime.policies.base import AttentionShape
 from freekv_runtime.policies.freekv import FreeKVState
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["SyncRetrievalState", "positive_int", "replaced_pages"]
-
-
-def positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+__all__ = ["SyncRetrievalState", "replaced_pages"]
 
 
 def replaced_pages(plan: ReusePlan, resident: np.ndarray) -> np.ndarray:
@@ -52,7 +48,7 @@ class SyncRetrievalState(FreeKVState):
     """FreeKV's store, recall and reuse machinery with a synchronous, every-step selection (module doc).
 
     heads_per_selection: KV heads sharing one selection (1 = each KV head its own); their page scores
-    are pooled with `config.group_pooling` (max -> max, otherwise the mean). top_pages: pages selected
+    are pooled with `config.knobs.group_pooling` (max -> max, otherwise the mean). top_pages: pages selected
     per step (None = every selected-page slot)."""
 
     def __init__(self, config: RuntimeConfig, shape: AttentionShape, batch_size: int, device: torch.device,
@@ -73,7 +69,7 @@ class SyncRetrievalState(FreeKVState):
             return scores
         b, hkv, n_pages = scores.shape
         grouped = scores.view(b, hkv // g, g, n_pages)
-        pooled = grouped.amax(dim=2) if self.config.group_pooling == "max" else grouped.mean(dim=2)
+        pooled = grouped.amax(dim=2) if self.config.knobs.group_pooling == "max" else grouped.mean(dim=2)
         return pooled.repeat_interleave(g, dim=1)
 
     def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> ReusePlan:

@@ -25,16 +25,17 @@ plan_reuse): the slot cache of `selected_pages` per KV head plus sink and window
 heads `corrected`, similarity NaN), the lowest-scoring resident pages outside them are evicted, and
 attention reads sink + every resident slot + window.
 
-Knobs. RuntimeConfig: budget_tokens (the GPU cache, sink and window included), page_size, sink_tokens,
-window_tokens, dense_layers (FreeKV paper baseline: budget 2048, page 32, layer 0 dense; ArkVale's
-LongBench script: 128 pages of 32, 1 sink and 2 window pages, 2 dense layers), group_pooling (default
-mean of raw scores, ArkVale's; max / softmax_mean / softmax_scaled_mean possible) and page_summary
-(default box, ArkVale's digests; minmax possible). `config.extra`:
-- top_pages: candidate pages made resident per step, 1..selected_pages; default selected_pages // 2
+Knobs. The retrieval knobs: budget_tokens (the GPU cache, sink and window included), page_size,
+sink_tokens, window_tokens, dense_layers (FreeKV paper baseline: budget 2048, page 32, layer 0 dense;
+ArkVale's LongBench script: 128 pages of 32, 1 sink and 2 window pages, 2 dense layers). `config.knobs`
+(traces.catalogue.retrieval.ArkValeKnobs): group_pooling (default mean of raw scores, ArkVale's; max /
+softmax_mean / softmax_scaled_mean possible) and page_summary (default box, ArkVale's digests; minmax
+possible);
+- top_pages: candidate pages made resident per step, 1..selected_pages; default (null) selected_pages // 2
   (at least 1), ArkVale's page_topks = budget // 2 applied to the slots outside sink and window;
 - selection_groups: groups of KV heads sharing one selection, a divisor of the KV heads; default 1
   (ArkVale's n_groups: one selection per layer);
-- staging_pages, pool_chunk_pages: FreeKV's recall staging and host-pool growth (default 64 each).
+- staging_pages, pool_chunk_pages: FreeKV's recall staging and host-pool growth.
 
 Differences from the public code: ArkVale's top-k counts its sink and window pages (here they are
 separate, so `top_pages` counts candidates only); its window is a ring of `n_win_pages` inside the cache
@@ -46,9 +47,8 @@ from __future__ import annotations
 
 import torch
 
-from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
-from freekv_runtime.policies._dropping import checked_extra
-from freekv_runtime.policies._sync_retrieval import SyncRetrievalState, positive_int
+from freekv_runtime.config import RuntimeConfigError
+from freekv_runtime.policies._sync_retrieval import SyncRetrievalState
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.policies.freekv import check_dense_layers
 from freekv_runtime.timing import OpTimer
@@ -61,29 +61,14 @@ class ArkValeState(SyncRetrievalState):
 
 
 class ArkValePolicy(KVPolicy):
-    name = "arkvale"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        slots = config.selected_pages
-        defaults = {"top_pages": max(1, slots // 2), "selection_groups": 1, "staging_pages": 64,
-                    "pool_chunk_pages": 64}
-        checks = {
-            "top_pages": (lambda v: positive_int(v) and v <= slots,
-                          f"an integer in 1..{slots} (the selected-page slots of the budget)"),
-            "selection_groups": (positive_int, "a positive integer dividing the model's KV heads"),
-            "staging_pages": (positive_int, "a positive integer"),
-            "pool_chunk_pages": (positive_int, "a positive integer"),
-        }
-        self.extra = checked_extra(config, self.name, defaults, checks)
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> ArkValeState:
         check_dense_layers(self.config, shape)
-        groups = int(self.extra["selection_groups"])  # type: ignore[call-overload]
+        knobs = self.config.knobs
+        groups = knobs.selection_groups
         if shape.n_kv_heads % groups:
-            raise RuntimeConfigError(f"extra.selection_groups of arkvale must divide the model's "
+            raise RuntimeConfigError(f"arkvale knob selection_groups must divide the model's "
                                      f"{shape.n_kv_heads} KV heads, got {groups}")
+        top = knobs.top_pages if knobs.top_pages is not None else max(1, self.config.selected_pages // 2)
         return ArkValeState(self.config, shape, batch_size, torch.device(device), dtype, timer,
-                            heads_per_selection=shape.n_kv_heads // groups,
-                            top_pages=int(self.extra["top_pages"]))  # type: ignore[call-overload]
+                            heads_per_selection=shape.n_kv_heads // groups, top_pages=top)

@@ -12,12 +12,12 @@ selected page ids (the host issues one copy per missed head-page). On CUDA the r
 streams (see freekv_runtime.recall) and each layer's attention waits only on its own recall events; on
 the CPU everything runs synchronously with the same decisions. The CUDA path was not run on a GPU here.
 
-Selection design (RuntimeConfig): `group_pooling` (default softmax_mean, the official accuracy harness's
-avgSM; mean = the official runtime) and `page_summary` (default minmax; box = the official runtime's
-ArkVale-style boxes); see kernels.page_scores and kernels.summarize_pages for the official file references.
-
-Knobs beyond RuntimeConfig, in `config.extra`: `staging_pages` (head-pages per recall staging buffer,
-default 64), `pool_chunk_pages` (host-pool growth step, default 64).
+Knobs (`config.knobs`, traces.catalogue.retrieval.FreeKVKnobs): `tau`; the selection design
+`group_pooling` (default softmax_mean, the official accuracy harness's avgSM; mean = the official runtime)
+and `page_summary` (default minmax; box = the official runtime's ArkVale-style boxes), see
+kernels.page_scores and kernels.summarize_pages for the official file references; `staging_pages`
+(head-pages per recall staging buffer, 0: one head's selected pages) and `pool_chunk_pages` (host-pool
+growth step).
 """
 
 from __future__ import annotations
@@ -44,9 +44,6 @@ from kernels import page_scores, query_similarity, sparse_decode_attention, topk
 
 __all__ = ["FreeKVPolicy", "FreeKVState", "check_dense_layers"]
 
-_EXTRA_KEYS = {"staging_pages": 64, "pool_chunk_pages": 64}
-
-
 def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
     """RuntimeConfigError when `dense_layers` names a layer the model does not have."""
     bad = [layer for layer in config.dense_layers if not 0 <= layer < shape.n_layers]
@@ -55,18 +52,6 @@ def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
 
 
 class FreeKVPolicy(KVPolicy):
-    name = "freekv"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        for key, value in config.extra.items():
-            if key not in _EXTRA_KEYS:
-                raise RuntimeConfigError(
-                    f"extra.{key} is not a FreeKV knob: valid keys are {sorted(_EXTRA_KEYS)}"
-                )
-            if not isinstance(value, int) or value < 1:
-                raise RuntimeConfigError(f"extra.{key} must be a positive integer, got {value!r}")
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> FreeKVState:
         check_dense_layers(self.config, shape)
@@ -85,16 +70,16 @@ class FreeKVState(PolicyState):
     def __init__(self, config: RuntimeConfig, shape: AttentionShape, batch_size: int, device: torch.device,
                  dtype: torch.dtype, timer: OpTimer) -> None:
         self.config, self.shape, self.b, self.timer = config, shape, batch_size, timer
-        extra = {**_EXTRA_KEYS, **config.extra}
+        knobs = config.knobs
         self.streams = DeviceStreams(device)
         self.recaller = RecallEngine(self.streams, shape.n_kv_heads, config.page_size, shape.head_dim, dtype,
-                                     staging_pages=extra["staging_pages"])
+                                     staging_pages=knobs.staging_pages or config.selected_pages)
         self.stores: list[PagedKVStore | DenseKVStore] = [
             DenseKVStore(device, dtype) if layer in config.dense_layers else PagedKVStore(
                 batch_size, shape.n_kv_heads, shape.head_dim, config.page_size, config.sink_pages,
                 config.window_pages, config.selected_pages, device, dtype, self.streams,
-                pool_chunk_pages=extra["pool_chunk_pages"], keep_full_keys=config.measure_attention_mass,
-                page_summary=config.page_summary)
+                pool_chunk_pages=knobs.pool_chunk_pages, keep_full_keys=config.measure_attention_mass,
+                page_summary=knobs.page_summary)
             for layer in range(shape.n_layers)
         ]
         self.q_prev: list[torch.Tensor | None] = [None] * shape.n_layers
@@ -153,7 +138,7 @@ class FreeKVState(PolicyState):
         q_t (b, Hq, d) -> (b, Hq, 1, d)."""
         with self.timer.op("correction_check"):
             sim = query_similarity(q_t, self.q_prev[layer], self.shape.group_size).cpu().numpy()
-            corrected = sim < self.config.tau  # (b, Hkv); one small read-back per layer, as in FreeKV
+            corrected = sim < self.config.knobs.tau  # (b, Hkv); one small read-back per layer, as in FreeKV
         if corrected.any():
             with self.timer.op("select"):
                 plans = self._plan(store, q_t)
@@ -177,14 +162,9 @@ class FreeKVState(PolicyState):
         return out[:, :, None]
 
     def _fits_budget(self, store: PagedKVStore) -> bool:
-        """True while the layer's context fits its budget: n_pages <= budget pages (budget counts sink and
-        window). The official runtime takes its sparse path only when `kvc.n_pages > budget`
-        (rooikeee/FreeKV source/freekv/adapter/modeling.py:210, n_pages = ceil(seq_len / p) counting the
-        token appended at this step: kv_cache.py:130-131, 213-216; budget = budget_tokens // p:
-        source/pred.py:209); below it, "not reach the budget" (modeling.py:289-291), it attends without a
-        correction check, selection or recall."""
-        p = self.config.page_size
-        return -(-store.n_tokens // p) <= self.config.budget_tokens // p
+        """True while the layer's context fits its budget (traces.retrieval_knobs: the official runtime's
+        `kvc.n_pages > budget` test): no correction check, selection or recall then."""
+        return self.config.fits_budget(store.n_tokens)
 
     def _decode_within_budget(self, layer: int, store: PagedKVStore, q_t: torch.Tensor) -> torch.Tensor:
         """The context fits the budget: every candidate page is already resident (the prompt's are placed
@@ -224,7 +204,7 @@ class FreeKVState(PolicyState):
         """(b, Hkv, hi) float32 scores of pages [0, hi) under q (b, Hq, d), -inf outside the candidates."""
         page_lo, page_hi = store.candidate_bounds()
         return page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo, page_hi,
-                           self.config.group_pooling)
+                           self.config.knobs.group_pooling)
 
     def _plan(self, store: PagedKVStore, q_t: torch.Tensor) -> ReusePlan:
         top, resident_scores = self._select(store, q_t)

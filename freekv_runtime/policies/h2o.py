@@ -12,7 +12,7 @@ Score of a token (per KV head): the attention probability it received, summed ov
 budget_tokens tokens, the lowest-scoring tokens outside the sink and the recent window are dropped
 (ties: the older token goes first), so budget = sink + recent window + heavy hitters.
 
-Configuration (RuntimeConfig; no method-specific `extra` knobs):
+Configuration (RuntimeConfig; no runtime knobs of its own):
 - budget_tokens: tokens per KV head, sink and window included; heavy hitters = budget - sink - window;
 - window_tokens: the recent tokens always kept (H2O's "recent" part; the paper splits the budget half
   heavy, half recent);
@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, prompt_attention
+from freekv_runtime.policies._dropping import DroppingState, prompt_attention
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
 
@@ -60,12 +59,6 @@ class H2OState(DroppingState):
 
 
 class H2OPolicy(KVPolicy):
-    name = "h2o"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        checked_extra(config, self.name, {}, {})
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> H2OState:
         return H2OState(self.config, shape, batch_size, torch.device(device), dtype, timer)

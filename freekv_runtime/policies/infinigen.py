@@ -39,7 +39,8 @@ mapping), prefill decisions empty. Dense layers: all tokens, nothing moved.
 
 Configuration: RuntimeConfig budget_tokens (counts sink and window; FreeKV paper baseline 2048),
 sink_tokens, window_tokens, dense_layers (must include 0; FreeKV baseline: layer 0; InfiniGen's own code
-also keeps layer 1 dense); page_size only validates the others (token granular). `extra`:
+also keeps layer 1 dense); page_size only validates the others (token granular). `config.knobs`
+(traces.catalogue.retrieval.InfiniGenKnobs):
 - partial_ratio (float in (0, 1], default 0.2: the scripts' --partial-weight-ratio): int(d * ratio)
   columns from the queries and as many from the keys, their union;
 - alpha (float > 0, default 5.0: modeling_llama_ours.py; the speedup scripts use 4): logit margin below
@@ -61,7 +62,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.model import apply_rope
 from freekv_runtime.policies._dense import attention_mass, dense_decode
-from freekv_runtime.policies._dropping import checked_extra, int_at_least, masked_decode
+from freekv_runtime.policies._dropping import masked_decode
 from freekv_runtime.policies._infinigen_skew import LayerSkew, calibrate
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
@@ -72,24 +73,15 @@ from freekv_runtime.policies.base import (
     PrefillDecisions,
     StepDecisions,
 )
-from freekv_runtime.policies.full import DenseKVCache
+from freekv_runtime.policies.dense import DenseKVCache
 from freekv_runtime.recall import DeviceStreams, host_empty
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["InfiniGenPolicy", "InfiniGenState", "DEFAULTS"]
+__all__ = ["InfiniGenPolicy", "InfiniGenState"]
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
-DEFAULTS: dict[str, object] = {"partial_ratio": 0.2, "alpha": 5.0, "calib_tokens": 512, "calib_seed": 0}
-_CHECKS = {
-    "partial_ratio": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1,
-                      "a number in (0, 1] (share of a head's skewed columns used for speculation)"),
-    "alpha": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
-              "a positive number (logit margin below the maximum)"),
-    "calib_tokens": (int_at_least(16), "an integer >= 16 (calibration prompt tokens)"),
-    "calib_seed": (int_at_least(0), "a non-negative integer (calibration prompt seed)"),
-}
 
 
 class _Prepared:
@@ -102,11 +94,9 @@ class _Prepared:
 
 
 class InfiniGenPolicy(KVPolicy):
-    name = "infinigen"
-
     def __init__(self, config: RuntimeConfig) -> None:
         super().__init__(config)
-        self.knobs = checked_extra(config, self.name, DEFAULTS, _CHECKS)
+        self.knobs = config.knobs
         if 0 not in config.dense_layers:
             raise RuntimeConfigError(
                 "dense_layers must include layer 0 for method infinigen: layer l is speculated from layer "
@@ -119,8 +109,8 @@ class InfiniGenPolicy(KVPolicy):
         if bad:
             raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{n_layers - 1}")
         sparse = [layer for layer in range(n_layers) if layer not in self.config.dense_layers]
-        skews = calibrate(model, sparse, float(self.knobs["partial_ratio"]), int(self.knobs["calib_tokens"]),
-                          int(self.knobs["calib_seed"]))
+        skews = calibrate(model, sparse, self.knobs.partial_ratio, self.knobs.calib_tokens,
+                          self.knobs.calib_seed)
         self._prepared = _Prepared(model, skews)
 
     def prepared_metadata(self) -> dict[str, Any]:
@@ -133,15 +123,15 @@ class InfiniGenPolicy(KVPolicy):
         skews = self._prepared.skews
         cols = [float(t.col_mask.sum(dim=1).mean()) for t in skews.values()]
         head_dim = next(iter(skews.values())).skew.shape[-1] if skews else 0
-        return {"calibration_tokens": int(self.knobs["calib_tokens"]),
-                "partial_ratio": float(self.knobs["partial_ratio"]), "skewed_layers": len(skews),
+        return {"calibration_tokens": self.knobs.calib_tokens,
+                "partial_ratio": self.knobs.partial_ratio, "skewed_layers": len(skews),
                 "partial_columns_mean": float(np.mean(cols)) if cols else 0.0, "head_dim": int(head_dim)}
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> InfiniGenState:
         if self._prepared is None:
             raise RuntimeConfigError("method infinigen must be prepared with the model before new_state")
-        return InfiniGenState(self.config, float(self.knobs["alpha"]), self._prepared, shape, batch_size,
+        return InfiniGenState(self.config, self.knobs.alpha, self._prepared, shape, batch_size,
                               torch.device(device), dtype, timer)
 
 

@@ -13,13 +13,13 @@ the current query are chosen among the candidates, the ones not resident are rec
 before attention (every head `corrected`, similarity NaN), and attention runs over sink + selected + window.
 A budget covering the context attends everything (dense).
 
-Knobs (RuntimeConfig): budget_tokens (sink and window included; selected pages per KV head =
-(budget - sink - window) / page_size), page_size, sink_tokens, window_tokens, dense_layers; the FreeKV
-paper's baseline setting: budget 2048, page 32, layer 0 dense. group_pooling (default max: a GQA group's
-query heads are pooled by the max of their page scores, so the group shares one selection, as the FreeKV
-paper's Quest baseline does; Quest's own harness selects per query head) and page_summary (default
-minmax, Quest's; box possible). `config.extra`: staging_pages (head-pages per recall staging buffer,
-default 64) and pool_chunk_pages (host-pool growth step, default 64), as FreeKV's.
+Knobs: the retrieval knobs (RuntimeConfig: budget_tokens, sink and window included; selected pages per
+KV head = (budget - sink - window) / page_size; page_size, sink_tokens, window_tokens, dense_layers; the
+FreeKV paper's baseline setting: budget 2048, page 32, layer 0 dense) and `config.knobs`
+(traces.catalogue.retrieval.QuestKnobs): group_pooling (default max: a GQA group's query heads are pooled
+by the max of their page scores, so the group shares one selection, as the FreeKV paper's Quest baseline
+does; Quest's own harness selects per query head), page_summary (default minmax, Quest's; box possible),
+staging_pages and pool_chunk_pages (FreeKV's recall staging and host-pool growth).
 
 Differences from the public code: Quest keeps the whole KV on the GPU and only reads less; here pages
 not resident are copied from the host first (the retrieval setting the issue compares). Quest's sink and
@@ -30,30 +30,18 @@ from __future__ import annotations
 
 import torch
 
-from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import checked_extra
-from freekv_runtime.policies._sync_retrieval import SyncRetrievalState, positive_int
+from freekv_runtime.policies._sync_retrieval import SyncRetrievalState
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.policies.freekv import check_dense_layers
 from freekv_runtime.timing import OpTimer
 
 __all__ = ["QuestPolicy", "QuestState"]
 
-_EXTRA = {"staging_pages": 64, "pool_chunk_pages": 64}
-_CHECKS = {key: (positive_int, "a positive integer") for key in _EXTRA}
-
-
 class QuestState(SyncRetrievalState):
-    """Every KV head selects on its own (group pooled by `config.group_pooling`), top-k = every slot."""
+    """Every KV head selects on its own (group pooled by `config.knobs.group_pooling`), top-k = every slot."""
 
 
 class QuestPolicy(KVPolicy):
-    name = "quest"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        checked_extra(config, self.name, _EXTRA, _CHECKS)
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> QuestState:
         check_dense_layers(self.config, shape)

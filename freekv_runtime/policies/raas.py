@@ -21,36 +21,30 @@ Difference from the harness: importance from the exact probabilities of the atte
 separate page-bound estimate): noted in docs/methods.md.
 
 Configuration: RuntimeConfig budget_tokens, page_size, sink_tokens, window_tokens, dense_layers (FreeKV
-baseline: layer 0, budget 2048, page 32); `extra`: alpha (float in (0, 1), default 0.01, estimate: a page
-holding at least 1% of its group's attention counts as attended; no value is given in the code read),
-group ("max" default, the FreeKV paper's setup; "mean", the harness's).
+baseline: layer 0, budget 2048, page 32); `config.knobs` (traces.catalogue.dropping.RaaSKnobs): alpha
+(float in (0, 1), default 0.01, estimate: a page holding at least 1% of its group's attention counts as
+attended; no value is given in the code read), group ("max" default, the FreeKV paper's setup; "mean",
+the harness's).
 """
 
 from __future__ import annotations
 
 import torch
 
-from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, lowest_kept, prompt_attention
+from freekv_runtime.policies._dropping import DroppingState, lowest_kept, prompt_attention
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["RaaSPolicy", "RaaSState", "DEFAULTS"]
+__all__ = ["RaaSPolicy", "RaaSState"]
 
-DEFAULTS: dict[str, object] = {"alpha": 0.01, "group": "max"}
-_CHECKS = {
-    "alpha": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v < 1.0,
-              "a number in (0, 1) (attention mass that marks a page as important)"),
-    "group": (lambda v: v in ("max", "mean"), '"max" or "mean" (pooling over the group\'s query heads)'),
-}
 
 
 class RaaSState(DroppingState):
     """stamp[l]: (b, Hkv, P) float32 timestamps of layer l's pages (grown as pages appear)."""
 
-    def __init__(self, *args, extra: dict, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.alpha, self.group = float(extra["alpha"]), str(extra["group"])
+        self.alpha, self.group = self.config.knobs.alpha, self.config.knobs.group
         self.p = self.config.page_size
         self.stamp: list[torch.Tensor | None] = [None] * self.shape.n_layers
 
@@ -99,13 +93,6 @@ class RaaSState(DroppingState):
 
 
 class RaaSPolicy(KVPolicy):
-    name = "raas"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        self.extra = checked_extra(config, self.name, DEFAULTS, _CHECKS)
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> RaaSState:
-        return RaaSState(self.config, shape, batch_size, torch.device(device), dtype, timer,
-                         extra=self.extra)
+        return RaaSState(self.config, shape, batch_size, torch.device(device), dtype, timer)

@@ -42,7 +42,7 @@ token; "none" drops it (plain sink + window: the ablation without compensation).
 Configuration: RuntimeConfig budget_tokens (FreeKV baseline 2048), sink_tokens (the paper's N0 sink
 tokens), dense_layers (FreeKV baseline: layer 0); window_tokens, page_size (baseline 32), tau,
 group_pooling, page_summary unused (token granularity; the whole non-sink budget is the window, as in
-StreamingLLM). `extra` knobs and defaults:
+StreamingLLM). `config.knobs` (traces.catalogue.dropping.RazorAttentionKnobs) and defaults:
 - induction_fraction (0.14): fraction of all query heads taken as induction heads, in [0, 1];
 - echo_fraction (0.01): fraction taken as echo heads, in [0, 1];
 - probe_tokens (256): the random segment's length P, int >= 2 (estimate: long enough that the repeats'
@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, int_at_least, masked_decode
+from freekv_runtime.policies._dropping import DroppingState, masked_decode
 from freekv_runtime.policies.base import (
     AttentionShape,
     KVPolicy,
@@ -75,26 +75,11 @@ from freekv_runtime.policies.base import (
 from freekv_runtime.timing import OpTimer
 from traces.probe import retrieval_probe
 
-__all__ = ["RazorAttentionPolicy", "RazorAttentionState", "ProbeState", "retrieval_kv_heads", "DEFAULTS"]
+__all__ = ["RazorAttentionPolicy", "RazorAttentionState", "ProbeState", "retrieval_kv_heads"]
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, object] = {"induction_fraction": 0.14, "echo_fraction": 0.01, "probe_tokens": 256,
-                               "probe_repeats": 4, "probe_seed": 0, "compensation": "count"}
 
-
-def _fraction(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
-
-
-_CHECKS = {
-    "induction_fraction": (_fraction, "a number in [0, 1] (fraction of query heads kept as induction heads)"),
-    "echo_fraction": (_fraction, "a number in [0, 1] (fraction of query heads kept as echo heads)"),
-    "probe_tokens": (int_at_least(2), "an integer >= 2 (the probe's random segment length)"),
-    "probe_repeats": (int_at_least(2), "an integer >= 2 (times the probe segment is repeated)"),
-    "probe_seed": (int_at_least(0), "an integer >= 0 (seed of the probe tokens)"),
-    "compensation": (lambda v: v in ("count", "single", "none"), '"count", "single" or "none"'),
-}
 _QUERY_CHUNK = 256  # probe queries per block: bounds the probe's memory to (b, Hq, chunk, T)
 
 
@@ -222,27 +207,25 @@ class RazorAttentionState(DroppingState):
 
 
 class RazorAttentionPolicy(KVPolicy):
-    name = "razorattention"
-
     def __init__(self, config: RuntimeConfig) -> None:
         super().__init__(config)
-        self.extra = checked_extra(config, self.name, DEFAULTS, _CHECKS)
+        self.knobs = config.knobs
         self.retrieval_heads: np.ndarray | None = None  # (L, Hkv) bool, set by `prepare`
         self.induction_scores: np.ndarray | None = None  # (L, Hq)
         self.echo_scores: np.ndarray | None = None
 
     def prepare(self, model: ModelAccess) -> None:
         """Run the retrieval-head probe on `model` (see the module docstring)."""
-        e = self.extra
+        k = self.knobs
         shape = model.shape
-        period = int(e["probe_tokens"])
-        tokens = probe_tokens(model.vocab_size, period, int(e["probe_repeats"]), int(e["probe_seed"]))
+        period = k.probe_tokens
+        tokens = probe_tokens(model.vocab_size, period, k.probe_repeats, k.probe_seed)
         probe = ProbeState(shape.n_layers, shape.n_qo_heads, period)
         with torch.no_grad():
             model.run_prefill(tokens.to(model.device), probe)
         self.induction_scores, self.echo_scores = probe.induction, probe.echo
-        self.retrieval_heads = retrieval_kv_heads(probe.induction, probe.echo, float(e["induction_fraction"]),
-                                                  float(e["echo_fraction"]), shape.n_kv_heads)
+        self.retrieval_heads = retrieval_kv_heads(probe.induction, probe.echo, k.induction_fraction,
+                                                  k.echo_fraction, shape.n_kv_heads)
         log.info("razorattention probe: %d of %d KV heads are retrieval heads: %s",
                  int(self.retrieval_heads.sum()), self.retrieval_heads.size,
                  [tuple(int(x) for x in lh) for lh in np.argwhere(self.retrieval_heads)])
@@ -252,7 +235,7 @@ class RazorAttentionPolicy(KVPolicy):
         if self.retrieval_heads is None:
             return {}
         return retrieval_probe(self.retrieval_heads,
-                               int(self.extra["probe_tokens"]) * int(self.extra["probe_repeats"]))
+                               self.knobs.probe_tokens * self.knobs.probe_repeats)
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> RazorAttentionState:
@@ -263,4 +246,4 @@ class RazorAttentionPolicy(KVPolicy):
                 f"{shape} before new_state (prepared: {None if heads is None else heads.shape})"
             )
         return RazorAttentionState(self.config, shape, batch_size, torch.device(device), dtype, timer,
-                                   retrieval=heads, compensation=str(self.extra["compensation"]))
+                                   retrieval=heads, compensation=self.knobs.compensation)

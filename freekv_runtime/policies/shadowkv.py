@@ -41,7 +41,7 @@ setup: page 32), budget_tokens (counts sink, window, outliers and selected; Free
 sink_tokens (exact first tokens; 0 is ShadowKV's own), window_tokens (exact recent tokens; ShadowKV
 keeps 4 local chunks plus every generated token), dense_layers (FreeKV baseline: layer 0).
 `group_pooling` / `page_summary` do not apply (ShadowKV pools softmaxes by max; landmarks are means).
-`config.extra`:
+`config.knobs` (traces.catalogue.retrieval.ShadowKVKnobs):
 - `rank` (default 160, ShadowKV's for d = 128 models): SVD rank, capped at the matrix rank
   min(tokens, Hkv d) (e.g. smollm2-135m has Hkv d = 192; a short region caps it at its tokens);
 - `outlier_chunks` (default: 3/16 of the selectable tokens (budget - sink - window) in chunks, ShadowKV_CPU's
@@ -68,7 +68,7 @@ from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import DenseKVStore
 from freekv_runtime.model import RopeTable, apply_rope
 from freekv_runtime.policies._dense import attention_mass, dense_decode
-from freekv_runtime.policies._dropping import checked_extra, int_at_least, lowest_kept
+from freekv_runtime.policies._dropping import lowest_kept
 from freekv_runtime.policies._lowrank import LowRankKeys, chunk_landmarks
 from freekv_runtime.policies._reuse import apply_plans, plan_reuse
 from freekv_runtime.policies._step_log import StepLog
@@ -85,34 +85,19 @@ from freekv_runtime.timing import OpTimer
 
 __all__ = ["ShadowKVPolicy", "ShadowKVState"]
 
-_DEFAULTS: dict[str, object] = {"rank": 160, "outlier_chunks": None, "refactor_interval": None}
-
-
-_CHECKS = {
-    "rank": (int_at_least(1), "a positive integer (the SVD rank)"),
-    "outlier_chunks": (int_at_least(0), "a non-negative integer (outlier chunks per KV head)"),
-    "refactor_interval": (int_at_least(1), "a positive integer (decode steps between re-factorisations)"),
-}
 
 
 class ShadowKVPolicy(KVPolicy):
-    name = "shadowkv"
-
     def __init__(self, config: RuntimeConfig) -> None:
         super().__init__(config)
-        extra = checked_extra(config, self.name, _DEFAULTS, _CHECKS)
+        knobs = config.knobs
         p = config.page_size
-        self.rank = int(extra["rank"])  # type: ignore[arg-type]
-        self.refactor_interval = int(extra["refactor_interval"] or config.window_tokens)  # type: ignore[arg-type]
+        self.rank = knobs.rank
+        self.refactor_interval = knobs.refactor_interval or config.window_tokens
         exact_max = config.sink_tokens + config.window_tokens + max(self.refactor_interval, p)
-        if exact_max > config.budget_tokens:
-            raise RuntimeConfigError(
-                f"extra.refactor_interval of shadowkv: budget_tokens={config.budget_tokens} must hold sink + "
-                f"window + max(refactor_interval, page_size) = {exact_max} exact tokens (the recent window "
-                f"grows between re-factorisations); lower extra.refactor_interval or raise budget_tokens")
-        room_chunks = (config.budget_tokens - exact_max) // p
+        room_chunks = (config.budget_tokens - exact_max) // p  # >= 0: ShadowKVKnobs.check_retrieval
         share = (config.budget_tokens - config.sink_tokens - config.window_tokens) * 3 // 16 // p
-        wanted = share if extra["outlier_chunks"] is None else int(extra["outlier_chunks"])  # type: ignore[arg-type]
+        wanted = share if knobs.outlier_chunks is None else knobs.outlier_chunks
         self.outlier_chunks = min(wanted, room_chunks)
         self._rope: ModelAccess | None = None
 

@@ -17,7 +17,8 @@ this project's convention (budget counts sink and window, and is never exceeded)
 kept while in the recent window only. For a decode no longer than window_tokens the two agree.
 
 Configuration: RuntimeConfig budget_tokens, sink_tokens (kept for good), window_tokens (recent window),
-dense_layers (FreeKV baseline: layer 0); `extra`: observation_tokens (int >= 1, default 64, SnapKV's
+dense_layers (FreeKV baseline: layer 0); `config.knobs` (traces.catalogue.dropping.SnapKVKnobs):
+observation_tokens (int >= 1, default 64, SnapKV's
 window_size), kernel_size (odd int >= 1, default 5), pooling ("avg" default, or "max").
 """
 
@@ -26,20 +27,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import DroppingState, checked_extra, int_at_least, prompt_attention
+from freekv_runtime.policies._dropping import DroppingState, prompt_attention
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["SnapKVPolicy", "SnapKVState", "DEFAULTS"]
+__all__ = ["SnapKVPolicy", "SnapKVState"]
 
-DEFAULTS: dict[str, object] = {"observation_tokens": 64, "kernel_size": 5, "pooling": "avg"}
-_CHECKS = {
-    "observation_tokens": (int_at_least(1), "a positive integer (prompt queries that vote)"),
-    "kernel_size": (lambda v: int_at_least(1)(v) and v % 2 == 1,
-                    "an odd positive integer (tokens pooled around each vote)"),
-    "pooling": (lambda v: v in ("avg", "max"), '"avg" or "max"'),
-}
 _WINDOW_VOTES = 1e30  # the observation window's own tokens: kept before any prefix token
 _GENERATED = -1.0  # generated tokens have no votes: dropped first once out of the recent window
 
@@ -67,14 +60,13 @@ def snap_votes(q: torch.Tensor, keys: torch.Tensor, observation_tokens: int, ker
 class SnapKVState(DroppingState):
     """votes[l]: (b, Hkv, N) float32, fixed at prefill (generated tokens: -1)."""
 
-    def __init__(self, *args, extra: dict, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.extra = extra
         self.votes: list[torch.Tensor | None] = [None] * self.shape.n_layers
 
     def _after_prefill(self, layer: int, q: torch.Tensor, keys: torch.Tensor) -> None:
-        self.votes[layer] = snap_votes(q, keys, int(self.extra["observation_tokens"]),
-                                       int(self.extra["kernel_size"]), str(self.extra["pooling"]))
+        knobs = self.config.knobs
+        self.votes[layer] = snap_votes(q, keys, knobs.observation_tokens, knobs.kernel_size, knobs.pooling)
 
     def _evict(self, layer: int, keep: torch.Tensor, n_tokens: int) -> torch.Tensor:
         votes = self.votes[layer]
@@ -86,13 +78,6 @@ class SnapKVState(DroppingState):
 
 
 class SnapKVPolicy(KVPolicy):
-    name = "snapkv"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        self.extra = checked_extra(config, self.name, DEFAULTS, _CHECKS)
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> SnapKVState:
-        return SnapKVState(self.config, shape, batch_size, torch.device(device), dtype, timer,
-                           extra=self.extra)
+        return SnapKVState(self.config, shape, batch_size, torch.device(device), dtype, timer)

@@ -5,7 +5,7 @@ public code mit-han-lab/streaming-llm, streaming_llm/kv_cache.py (StartRecentKVC
 tokens + recent_size recent tokens, evicting the middle). kvpress: NVIDIA/kvpress kvpress/presses/
 streaming_llm_press.py (prefill-time version of the same rule).
 
-Configuration (RuntimeConfig; no method-specific `extra` knobs):
+Configuration (RuntimeConfig; no runtime knobs of its own):
 - sink_tokens: the first tokens, kept for good (the "attention sinks"; the paper uses 4);
 - budget_tokens: tokens attended per KV head, sink included (the budget convention); the recent window
   is the rest of it, budget_tokens - sink_tokens, the newest tokens (window_tokens is not used beyond
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.policies._dropping import DroppingState, checked_extra
+from freekv_runtime.policies._dropping import DroppingState
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
 
@@ -36,12 +35,6 @@ class StreamingLLMState(DroppingState):
 
 
 class StreamingLLMPolicy(KVPolicy):
-    name = "streamingllm"
-
-    def __init__(self, config: RuntimeConfig) -> None:
-        super().__init__(config)
-        checked_extra(config, self.name, {}, {})
-
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> StreamingLLMState:
         return StreamingLLMState(self.config, shape, batch_size, torch.device(device), dtype, timer)

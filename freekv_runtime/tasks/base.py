@@ -85,7 +85,7 @@ class SequenceRunner(Protocol):
     def dense_teacher_forced_batch(
         self, prompts: list[list[int]], forced: list[list[int]]
     ) -> list[torch.Tensor]:
-        """The same with dense attention (the full policy), untraced: logits (N, V) float32 on the CPU."""
+        """The same with dense attention (the dense policy), untraced: logits (N, V) float32 on the CPU."""
         ...
 
     def dense_generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:

@@ -3,7 +3,7 @@
 Text: the prose of Python's reference (tasks/text.py), tokenized once. Sample i takes a window of
 `context_tokens` tokens at evenly spread offsets: the first `context_tokens - decode_tokens` are the
 prompt, the rest are fed one per decode step (teacher forcing), so policy and dense attention see the
-same tokens. Dense logits come from the full policy, cached in memory and on disk (per model, text and
+same tokens. Dense logits come from the dense policy, cached in memory and on disk (per model, text and
 window) so that a sweep computes them once.
 
 Metrics, over all decode steps of all samples:

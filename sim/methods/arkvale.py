@@ -81,12 +81,6 @@ __all__ = ["ArkVale"]
 class ArkVale(Method):
     """ArkVale (module docstring). group_heads: KV heads per selection group; issue_overhead_s: s/copy."""
 
-    group_heads: int = 1
-    issue_overhead_s: float = 0.0
-
-    name: ClassVar[str] = "arkvale"
-    replays: ClassVar[str | None] = "arkvale"
-    summary: ClassVar[str] = "pages backed up to host, digest scores every step, blocking recall of misses"
     sources: ClassVar[tuple[str, ...]] = (
         "Chen et al., ArkVale: Efficient Generative LLM Inference with Recallable Key-Value Eviction "
         "(NeurIPS 2024): page digests, backup of evicted pages, recall of pages that become important",
@@ -96,21 +90,6 @@ class ArkVale(Method):
         "ArkVale paper Fig. 4b: average page recalls per decoding step vs cache capacity and top-k "
         "(the demand of benchmarks/validate_sim.py)",
     )
-
-    def __post_init__(self) -> None:
-        if (
-            not isinstance(self.group_heads, int)
-            or isinstance(self.group_heads, bool)
-            or self.group_heads < 1
-        ):
-            raise SimInputError(
-                f"method_options.group_heads must be a positive integer, got {self.group_heads!r}"
-            )
-        if not isinstance(self.issue_overhead_s, (int, float)) or self.issue_overhead_s < 0:
-            raise SimInputError(
-                "method_options.issue_overhead_s must be a number >= 0 (seconds), "
-                f"got {self.issue_overhead_s!r}"
-            )
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
@@ -127,12 +106,12 @@ class ArkVale(Method):
         )
 
     def _group_heads(self, model: ModelSpec) -> int:
-        if model.n_kv_heads % self.group_heads:
+        if model.n_kv_heads % self.knobs.group_heads:
             raise SimInputError(
-                f"method_options.group_heads={self.group_heads} must divide {model.name}'s "
+                f"method_options.group_heads={self.knobs.group_heads} must divide {model.name}'s "
                 f"{model.n_kv_heads} KV heads"
             )
-        return self.group_heads
+        return self.knobs.group_heads
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
@@ -171,9 +150,9 @@ class ArkVale(Method):
         per_page = host_s(ctx, HostOps(readbacks=2, python_ops=4, torch_copies=1))
         recall_copy_s = float(cost.copy_s(copy_bytes, run_bytes, "h2d"))
         # as published the host waits for each copy before the next page's read-back (docstring)
-        recall_issue = per_page + recall_copy_s if pub else link.copy_issue_s + self.issue_overhead_s
+        recall_issue = per_page + recall_copy_s if pub else link.copy_issue_s + self.knobs.issue_overhead_s
         backup_issue = (
-            host_s(ctx, HostOps(torch_copies=1)) if pub else link.copy_issue_s + self.issue_overhead_s
+            host_s(ctx, HostOps(torch_copies=1)) if pub else link.copy_issue_s + self.knobs.issue_overhead_s
         )
         digest_host = host_s(ctx, HostOps(torch_ops=6, python_ops=b))
         return {

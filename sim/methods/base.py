@@ -52,19 +52,19 @@ it and shows under the key "<op>.host" (the op whose host_s or copy issue the ho
 category "host". Categories group operations: "select", "recall" and "host" (host-bound time) make
 `critical_share`.
 
-Adding a method: a module `sim/methods/<name>.py` with a `Method` subclass (a frozen dataclass whose
-fields are its knobs, read from `SimConfig.method_options` in `from_config`), registered by name in
-sim/methods/__init__.py; set `replays` to the runtime policy whose traces it prices (a trace of another
-policy is refused unless SimConfig.transplant_method). Document every assumption with its source in the
-class docstring and in `sources`. Reuse the cost model (`ctx.cost`) for every duration; never hard-code
-a time.
+Adding a method: a module `sim/methods/<name>.py` with a `Method` subclass (a frozen dataclass) and the
+method's catalogue entry naming it (traces.catalogue: the entry holds its knobs dataclass, which
+`from_config` builds from `SimConfig.method_options` into `self.knobs`, and the runtime policy whose traces
+it prices, `self.replays`: a trace of another policy is refused unless SimConfig.transplant_method).
+Document every assumption with its source in the class docstring and in `sources`. Reuse the cost model
+(`ctx.cost`) for every duration; never hard-code a time.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -239,15 +239,19 @@ class CostContext:
         return out
 
 
+@dataclass(frozen=True)
 class Method(ABC):
-    """A KV method: its layer template, its work per layer-step and its memory (module docstring)."""
+    """A KV method: its layer template, its work per layer-step and its memory (module docstring).
 
-    name: ClassVar[str]
-    summary: ClassVar[str]
+    knobs: the method's knobs (its catalogue entry's dataclass; `from_config` builds them from
+    SimConfig.method_options, refusing knobs only the runtime reads). replays: the runtime policy whose
+    traces this model prices (the catalogue entry's `replays`; None: none)."""
+
+    knobs: Any = None
+    replays: str | None = field(default=None, kw_only=True)
+
     sources: ClassVar[tuple[str, ...]]
     needs_demand: ClassVar[bool] = True  # False: costs do not depend on a trace (e.g. dense)
-    # the runtime policy (freekv_runtime.policies.POLICIES) whose traces this model replays; None: none
-    replays: ClassVar[str | None] = None
     # True (with needs_demand False): closed-form costs without a trace, but a trace of its own policy
     # replaces them with what it recorded (e.g. InfiniGen's prefetched tokens)
     own_demand_optional: ClassVar[bool] = False
@@ -270,23 +274,17 @@ class Method(ABC):
 
     @classmethod
     def from_config(cls, cfg: SimConfig) -> Method:
-        """Build from `cfg.method_options`: each option is a dataclass field of the method (its
-        `__post_init__` checks the values; a field with metadata {"option": False} is set by `for_demand`,
-        not by the user); unknown options are an error naming the valid ones."""
-        from dataclasses import fields
-
+        """Build with the knobs of `cfg.method_options` (its catalogue entry's knobs dataclass checks names
+        and values; a knob only the runtime reads is refused) and the entry's `replays`."""
         from sim.errors import SimInputError
+        from traces.catalogue import KnobError, entry
 
-        options = dict(cfg.method_options)
-        valid = ([f.name for f in fields(cls) if f.metadata.get("option", True)]
-                 if hasattr(cls, "__dataclass_fields__") else [])
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise SimInputError(
-                f"method {cls.name!r}: unknown method_options {unknown}; "
-                f"valid: {', '.join(valid) if valid else 'none (this method takes no options)'}"
-            )
-        return cls(**options)
+        method = entry(cfg.method, simulator=True)
+        try:
+            knobs = method.knobs_from(cfg.method_options, side="simulator")
+        except KnobError as exc:
+            raise SimInputError(f"method_options: {exc}") from None
+        return cls(knobs, replays=method.replays)
 
     def for_demand(self, demand: Demand | None, transplant: bool = False) -> Method:
         """This method set up with what `demand` recorded beyond its per-step demand (e.g. RazorAttention's
@@ -318,20 +316,10 @@ class Method(ABC):
 
 @dataclass(frozen=True)
 class GroupOptionMethod(Method):
-    """A method whose page sets are per query head, or per KV head when `group_consistent` (FreeKV's
-    evaluation made Quest and RaaS group-consistent); subclasses set the default."""
-
-    group_consistent: bool = False
-
-    def __post_init__(self) -> None:
-        from sim.errors import SimInputError
-
-        if not isinstance(self.group_consistent, bool):
-            raise SimInputError(
-                f"method_options.group_consistent must be true or false, got {self.group_consistent!r}"
-            )
+    """A method whose page sets are per query head, or per KV head when its knob `group_consistent`
+    (FreeKV's evaluation made Quest and RaaS group-consistent); the catalogue sets the default."""
 
     def sets_per_layer(self, model: ModelSpec) -> int:
         """Page sets per sequence and layer (each read and kept on its own): KV heads if group-consistent,
         else query heads."""
-        return model.n_kv_heads if self.group_consistent else model.n_qo_heads
+        return model.n_kv_heads if self.knobs.group_consistent else model.n_qo_heads

@@ -21,20 +21,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
 from sim.methods.eager import decoder_host_s, with_host
 from traces.models import ModelSpec
 
-__all__ = ["Dense", "DENSE_LAYER_OPS", "check_runtime"]
+__all__ = ["Dense", "DENSE_LAYER_OPS"]
 
-
-def check_runtime(runtime: object) -> None:
-    if runtime not in ("hf", "freekv"):
-        raise SimInputError(
-            f"method_options.runtime must be 'hf' (stock transformers decoder) or 'freekv' (the official "
-            f"FreeKV runtime's full-KV path), got {runtime!r}"
-        )
 
 # One decoder layer with attention over the KV on the GPU: no selection, no transfers.
 DENSE_LAYER_OPS = (
@@ -48,18 +40,12 @@ DENSE_LAYER_OPS = (
 
 @dataclass(frozen=True)
 class Dense(Method):
-    runtime: str = "hf"
 
-    name: ClassVar[str] = "dense"
-    summary: ClassVar[str] = "full KV cache on GPU, dense attention"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "standard transformer decode loop (gpt-fast generate.py decode_one_token)",
         "FreeKV paper (arXiv 2505.13109): full-KV baseline",
     )
-
-    def __post_init__(self) -> None:
-        check_runtime(self.runtime)
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return DENSE_LAYER_OPS
@@ -72,7 +58,7 @@ class Dense(Method):
             "out_proj": Kernel(ctx.full(cost.out_proj_s())),
             "ffn": Kernel(ctx.full(cost.ffn_s())),
             "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, decoder_host_s(ctx, self.runtime))
+        }, decoder_host_s(ctx, self.knobs.runtime))
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         return MemoryNeed(

@@ -45,7 +45,6 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
 from traces.models import ModelSpec
 
@@ -68,24 +67,9 @@ class FreeKV(Method):
     hybrid_layouts: bool = True
     double_buffer: bool = True
     speculative: bool = True
-    staging_pages: int = 0  # head-pages per staging buffer; 0 = the selected pages of one head
 
-    name: ClassVar[str] = "freekv"
-    replays: ClassVar[str | None] = "freekv"
-    summary: ClassVar[str] = "speculative retrieval + fine-grained correction, HND pool, double buffers"
     sources: ClassVar[tuple[str, ...]] = _SOURCES
 
-    @classmethod
-    def from_config(cls, cfg: SimConfig) -> Method:
-        opts = dict(cfg.method_options)
-        staging = opts.pop("staging_pages", 0)
-        if opts:
-            raise SimInputError(
-                f"method {cls.name!r}: unknown method_options {sorted(opts)}; valid: staging_pages"
-            )
-        if not isinstance(staging, int) or staging < 0:
-            raise SimInputError(f"method_options.staging_pages must be an integer >= 0, got {staging!r}")
-        return cls(staging_pages=staging)
 
     # ----- template -----
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
@@ -143,7 +127,7 @@ class FreeKV(Method):
                 bytes_per_copy=half,
                 **common,
             )
-        staging = self.staging_pages or cfg.selected_pages
+        staging = self.knobs.staging_pages or cfg.selected_pages
         return Transfer(
             n_copies=head_pages,
             copy_s=float(cost.copy_s(page_bytes, page_bytes, "h2d")),
@@ -221,7 +205,7 @@ class FreeKV(Method):
         page_bytes = 2 * cfg.page_size * model.head_dim * cfg.dtype_bytes
         staging = 0
         if self.hybrid_layouts:
-            pages_per_buffer = self.staging_pages or cfg.selected_pages
+            pages_per_buffer = self.knobs.staging_pages or cfg.selected_pages
             staging = 2 * (2 if self.double_buffer else 1) * pages_per_buffer * page_bytes  # 2 recall streams
         return MemoryNeed(
             gpu_fixed_bytes=staging,
@@ -249,8 +233,6 @@ class FreeKVNoHybridLayout(FreeKV):
     """FreeKV without hybrid layouts: NHD host pool, fragmented recall (module docstring)."""
 
     hybrid_layouts: bool = False
-    name: ClassVar[str] = "freekv-nohl"
-    summary: ClassVar[str] = "FreeKV without hybrid layouts (NHD fragmented recall)"
 
 
 @dataclass(frozen=True)
@@ -258,8 +240,6 @@ class FreeKVNoDoubleBuffer(FreeKV):
     """FreeKV with one staging buffer: copy and HND->NHD conversion serialise."""
 
     double_buffer: bool = False
-    name: ClassVar[str] = "freekv-nodb"
-    summary: ClassVar[str] = "FreeKV without double-buffered streamed recall"
 
 
 @dataclass(frozen=True)
@@ -267,8 +247,6 @@ class FreeKVNoSpeculation(FreeKV):
     """FreeKV without speculative retrieval: selection and recall on the critical path every step."""
 
     speculative: bool = False
-    name: ClassVar[str] = "freekv-nosr"
-    summary: ClassVar[str] = "FreeKV without speculative retrieval"
 
 
 @dataclass(frozen=True)
@@ -278,5 +256,3 @@ class FreeKVBase(FreeKV):
     hybrid_layouts: bool = False
     double_buffer: bool = False
     speculative: bool = False
-    name: ClassVar[str] = "freekv-base"
-    summary: ClassVar[str] = "page retrieval without HL, DB or SR (ablation baseline)"

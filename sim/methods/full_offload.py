@@ -37,8 +37,6 @@ __all__ = ["FullOffload"]
 
 @dataclass(frozen=True)
 class FullOffload(Method):
-    name: ClassVar[str] = "full-offload"
-    summary: ClassVar[str] = "whole KV in host memory, streamed layer by layer every step"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Sheng et al., FlexGen: High-Throughput Generative Inference of LLMs with a Single GPU (ICML 2023)",

@@ -62,11 +62,7 @@ H2O_EVICT = HostOps(torch_ops=11, python_ops=8, readbacks=3)
 class H2O(GroupOptionMethod):
     """H2O (module docstring). group_consistent: one kept set per KV head (else per query head)."""
 
-    group_consistent: bool = True
 
-    name: ClassVar[str] = "h2o"
-    replays: ClassVar[str | None] = "h2o"
-    summary: ClassVar[str] = "budgeted KV on GPU, accumulated-attention heavy hitters + recent, no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Zhang et al., H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language "

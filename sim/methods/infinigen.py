@@ -60,7 +60,6 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
 from sim.methods.eager import HF_OUT_PROJ
 from sim.methods.host_costs import HostOps, host_s
@@ -75,14 +74,7 @@ class InfiniGen(Method):
     gather: "cpu" (host gathers, contiguous copies) or "dma" (copy engine gathers runs of `run_bytes`,
     0: one token of one head); cpu_gather_fraction: share of host memory bandwidth the gather reaches."""
 
-    partial_ratio: float = 0.2
-    gather: str = "cpu"
-    cpu_gather_fraction: float = 0.3
-    run_bytes: int = 0
 
-    name: ClassVar[str] = "infinigen"
-    replays: ClassVar[str | None] = "infinigen"
-    summary: ClassVar[str] = "next-layer speculation with partial weights, token-granular prefetch from host"
     needs_demand: ClassVar[bool] = False
     own_demand_optional: ClassVar[bool] = True  # its own trace's prefetched tokens replace the closed form
     sources: ClassVar[tuple[str, ...]] = (
@@ -93,18 +85,6 @@ class InfiniGen(Method):
         "snu-comparch/InfiniGen code: select_kv gathers on the host with F.embedding; figure14 script uses "
         "--alpha 4 --partial-weight-ratio 0.2 --max-num-kv 400",
     )
-
-    def __post_init__(self) -> None:
-        r = self.partial_ratio
-        if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 1:
-            raise SimInputError(f"method_options.partial_ratio must be in (0, 1], got {r!r}")
-        if self.gather not in ("cpu", "dma"):
-            raise SimInputError(f"method_options.gather must be 'cpu' or 'dma', got {self.gather!r}")
-        f = self.cpu_gather_fraction
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 < f <= 1:
-            raise SimInputError(f"method_options.cpu_gather_fraction must be in (0, 1], got {f!r}")
-        if not isinstance(self.run_bytes, int) or isinstance(self.run_bytes, bool) or self.run_bytes < 0:
-            raise SimInputError(f"method_options.run_bytes must be an integer >= 0, got {self.run_bytes!r}")
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         if ctx.as_published:  # FlexGen's loop: device sync after each sub-layer (module docstring)
@@ -160,7 +140,7 @@ class InfiniGen(Method):
         target = np.zeros(m.n_layers, dtype=bool)
         target[:-1] = offloaded[1:]
         context = dem.context_tokens.astype(np.float64)
-        part = self.partial_ratio * d
+        part = self.knobs.partial_ratio * d
         spec_gemv = cost.gemm_s(b, m.hidden_size, int(round(m.n_qo_heads * part)))
         spec_scores = cost.kernel_s(
             2.0 * b * m.n_qo_heads * context * part,
@@ -174,15 +154,15 @@ class InfiniGen(Method):
         ones = np.ones(ctx.shape)
         index_bytes = b * m.n_kv_heads * fetched * 4  # int32 token ids read back to the host
         readback = np.asarray(cost.copy_s(index_bytes, 1 << 40, "d2h"), dtype=np.float64)
-        if self.gather == "cpu":
-            host_bw = ctx.profile.host.memory_bandwidth_gbps * 1e9 * self.cpu_gather_fraction
+        if self.knobs.gather == "cpu":
+            host_bw = ctx.profile.host.memory_bandwidth_gbps * 1e9 * self.knobs.cpu_gather_fraction
             gather = np.where(target[None, :], readback + 2.0 * kv_bytes / host_bw, 0.0)
             n_prefetch = np.where(target[None, :], 2, 0) * ones  # one contiguous copy for K, one for V
             per_copy = kv_bytes / 2
             prefetch_copy = np.asarray(cost.copy_s(per_copy, 1 << 40, "h2d"), dtype=np.float64)
         else:
             gather = np.where(target[None, :], readback, 0.0)
-            run = self.run_bytes or d * dt
+            run = self.knobs.run_bytes or d * dt
             n_prefetch = np.where(target[None, :], b * m.n_kv_heads, 0) * ones  # one per (sequence, head)
             per_copy = fetched * 2 * d * dt
             prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
@@ -245,9 +225,9 @@ class InfiniGen(Method):
         n_off = int(self.offloaded_layers(cfg, model).sum())
         n_gpu = model.n_layers - n_off
         per_token_layer = 2 * n_kv * d * dt
-        partial_keys = n_off * ctx_tokens * n_kv * self.partial_ratio * d * dt
+        partial_keys = n_off * ctx_tokens * n_kv * self.knobs.partial_ratio * d * dt
         buffers = 2 * min(cfg.budget_tokens, ctx_tokens) * per_token_layer
-        weights = n_off * model.hidden_size * model.n_qo_heads * self.partial_ratio * d * dt
+        weights = n_off * model.hidden_size * model.n_qo_heads * self.knobs.partial_ratio * d * dt
         return MemoryNeed(
             gpu_fixed_bytes=int(weights),
             gpu_per_seq_bytes=int(partial_keys + buffers + n_gpu * ctx_tokens * per_token_layer),

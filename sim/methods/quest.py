@@ -55,7 +55,6 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, Dep, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.eager import EXT_HF_FFN, EXT_KERNEL, HF_OUT_PROJ
 from sim.methods.host_costs import HostOps, host_s
@@ -68,19 +67,9 @@ __all__ = ["Quest"]
 class Quest(GroupOptionMethod):
     """Quest (module docstring). group_consistent: one page set per KV head instead of per query head."""
 
-    group_consistent: bool = False
-    offload: bool = False
-
-    name: ClassVar[str] = "quest"
-    replays: ClassVar[str | None] = "quest"
-    summary: ClassVar[str] = "all KV on GPU, min/max page scores every step, per-query-head top-k"
     needs_demand: ClassVar[bool] = False
     own_demand_optional: ClassVar[bool] = True  # the offloaded variant recalls what its trace fetched
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not isinstance(self.offload, bool):
-            raise SimInputError(f"method_options.offload must be true or false, got {self.offload!r}")
     sources: ClassVar[tuple[str, ...]] = (
         "Tang et al., Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference (ICML 2024, "
         "arXiv 2406.10774), Sec. 3 (criticality estimation from per-page min/max keys, top-k pages)",
@@ -93,7 +82,7 @@ class Quest(GroupOptionMethod):
 
     def optional_demand(self) -> bool:
         """Only the offloaded variant recalls anything: the one that prices its own trace."""
-        return self.offload
+        return self.knobs.offload
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
@@ -102,8 +91,8 @@ class Quest(GroupOptionMethod):
             OpSpec("summary", ("compute",), category="other"),
             OpSpec("select", ("compute",), category="select"),
             *((OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),)
-              if self.offload else ()),
-            OpSpec("attention", ("compute",), (Dep("recall"),) if self.offload else ()),
+              if self.knobs.offload else ()),
+            OpSpec("attention", ("compute",), (Dep("recall"),) if self.knobs.offload else ()),
             OpSpec("out_proj", ("compute",)),
             OpSpec("ffn", ("compute",)),
             OpSpec("lm_head", ("compute",), host_sync=True),
@@ -149,7 +138,7 @@ class Quest(GroupOptionMethod):
             host_s=np.where(plan_at[None, :], host_s(ctx, HostOps(torch_ops=3, readbacks=3)), 0.0)
             * np.ones(ctx.shape),
         )
-        recall = {"recall": self.recall(ctx)} if self.offload else {}
+        recall = {"recall": self.recall(ctx)} if self.knobs.offload else {}
         return {
             **recall,
             "plan": plan,
@@ -203,7 +192,7 @@ class Quest(GroupOptionMethod):
         pages = -(-ctx_tokens // cfg.page_size)
         summaries = n_sparse * pages * model.n_kv_heads * 2 * model.head_dim * cfg.dtype_bytes
         per_token = model.kv_bytes_per_token(cfg.dtype_bytes)
-        if not self.offload:
+        if not self.knobs.offload:
             return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(ctx_tokens * per_token + summaries),
                               host_per_seq_bytes=0)
         per_layer = per_token / model.n_layers  # K and V of one token, every KV head, one layer

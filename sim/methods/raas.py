@@ -50,11 +50,7 @@ RAAS_EVICT = HostOps(torch_ops=8, python_ops=4)
 class RaaS(GroupOptionMethod):
     """RaaS (module docstring). group_consistent: one retained set per KV head (else per query head)."""
 
-    group_consistent: bool = True
 
-    name: ClassVar[str] = "raas"
-    replays: ClassVar[str | None] = "raas"
-    summary: ClassVar[str] = "budgeted KV on GPU, timestamp-based page eviction, no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Hu et al., Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity (RaaS, "

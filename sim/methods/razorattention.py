@@ -58,14 +58,10 @@ class RazorAttention(Method):
     every layer (None: the trace's measured share when it records the probe, else PAPER_FRACTION).
     `measured_per_layer`, `measured_share` and `source` are set by `for_demand`, not by the user."""
 
-    retrieval_fraction: float | None = None
     measured_per_layer: tuple[float, ...] | None = field(default=None, metadata={"option": False})
     measured_share: float | None = field(default=None, metadata={"option": False})
     source: str = field(default="", metadata={"option": False})
 
-    name: ClassVar[str] = "razorattention"
-    replays: ClassVar[str | None] = "razorattention"
-    summary: ClassVar[str] = "retrieval heads keep full KV, other heads sink + window (static drop)"
     needs_demand: ClassVar[bool] = False
     own_demand_optional: ClassVar[bool] = True  # its own trace's probe replaces the paper's 0.15
     sources: ClassVar[tuple[str, ...]] = (
@@ -76,11 +72,6 @@ class RazorAttention(Method):
         "freekv_runtime/policies/razorattention.py: the runtime's retrieval-head probe, recorded in its "
         "traces (traces/probe.py)",
     )
-
-    def __post_init__(self) -> None:
-        f = self.retrieval_fraction
-        if f is not None and (not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1):
-            raise SimInputError(f"method_options.retrieval_fraction must be in [0, 1], got {f!r}")
 
     def for_demand(self, demand: Demand | None, transplant: bool = False) -> RazorAttention:
         """Take the measured share of retrieval heads from a trace that records RazorAttention's probe,
@@ -93,16 +84,16 @@ class RazorAttention(Method):
                            else "the trace records no retrieval-head probe")
         traced = demand.transplanted_from or demand.model
         measured = f"the trace's retrieval-head probe measured {share:.1%} of {traced}'s KV heads"
-        if self.retrieval_fraction is not None:
+        if self.knobs.retrieval_fraction is not None:
             return replace(self, measured_share=share, source=measured)
         mapped = f" (its layers mapped onto {demand.model}'s)" if demand.transplanted_from else ""
         return replace(self, measured_per_layer=tuple(float(x) for x in per_layer), measured_share=share,
                        source=f"{measured}, used per layer{mapped}")
 
     def notes(self) -> tuple[str, ...]:
-        if self.retrieval_fraction is not None:
+        if self.knobs.retrieval_fraction is not None:
             tail = f" ({self.source})" if self.measured_share is not None else ""
-            return (f"razorattention retrieval_fraction {self.retrieval_fraction:g} from "
+            return (f"razorattention retrieval_fraction {self.knobs.retrieval_fraction:g} from "
                     f"method_options{tail}",)
         if self.measured_per_layer is not None:
             return (f"razorattention retrieval heads: {self.source}",)
@@ -111,8 +102,8 @@ class RazorAttention(Method):
 
     def fractions(self, n_layers: int) -> np.ndarray:
         """(L,) float64 share of retrieval KV heads per layer (module docstring, in its order)."""
-        if self.retrieval_fraction is not None:
-            return np.full(n_layers, float(self.retrieval_fraction))
+        if self.knobs.retrieval_fraction is not None:
+            return np.full(n_layers, float(self.knobs.retrieval_fraction))
         if self.measured_per_layer is not None:
             if len(self.measured_per_layer) != n_layers:
                 raise SimInputError(

@@ -66,7 +66,6 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
 from sim.methods.eager import HF_OUT_PROJ
 from sim.methods.host_costs import HostOps, host_s
@@ -101,15 +100,6 @@ class ShadowKV(Method):
     tokens: the FreeKV paper's protocol), svd_flops_fraction (share of the FP16 tensor peak the fp32 SVD
     reaches)."""
 
-    rank: int = 160
-    chunk_tokens: int = 8
-    svd_interval_tokens: int = 0
-    svd_every_window: bool = False
-    svd_flops_fraction: float = 0.01
-
-    name: ClassVar[str] = "shadowkv"
-    replays: ClassVar[str | None] = "shadowkv"
-    summary: ClassVar[str] = "low-rank keys on GPU, values on host, sparse chunk fetch + key rebuild"
     sources: ClassVar[tuple[str, ...]] = (
         "Sun et al., ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference "
         "(arXiv 2410.21465): low-rank pre-RoPE keys, offloaded values, landmarks, outlier chunks",
@@ -121,29 +111,6 @@ class ShadowKV(Method):
         "(option svd_every_window)",
         "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
     )
-
-    def __post_init__(self) -> None:
-        for key in ("rank", "chunk_tokens"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SimInputError(f"method_options.{key} must be a positive integer, got {value!r}")
-        value = self.svd_interval_tokens
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise SimInputError(
-                "method_options.svd_interval_tokens must be an integer >= 0 (0: SVD at prefill only), "
-                f"got {value!r}"
-            )
-        if not isinstance(self.svd_every_window, bool):
-            raise SimInputError(
-                f"method_options.svd_every_window must be true or false, got {self.svd_every_window!r}"
-            )
-        if self.svd_every_window and self.svd_interval_tokens:
-            raise SimInputError(
-                "method_options: give svd_interval_tokens or svd_every_window, not both"
-            )
-        frac = self.svd_flops_fraction
-        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac <= 1:
-            raise SimInputError(f"method_options.svd_flops_fraction must be in (0, 1], got {frac!r}")
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return (
@@ -180,7 +147,7 @@ class ShadowKV(Method):
         cfg = ctx.cfg
         return co_runner_sm_share(
             2 * cfg.batch_size * ctx.model.n_kv_heads,
-            gather_block_smem_bytes(cfg.selected_tokens // self.chunk_tokens),
+            gather_block_smem_bytes(cfg.selected_tokens // self.knobs.chunk_tokens),
             REBUILD_CTA_SMEM_BYTES,
             gpu.sm_count,
             gpu.shared_memory_per_sm_bytes,
@@ -188,9 +155,9 @@ class ShadowKV(Method):
 
     def interval(self, cfg: SimConfig) -> int | None:
         """Generated tokens between two SVD runs; None when the SVD runs at prefill only (the default)."""
-        if self.svd_every_window:
+        if self.knobs.svd_every_window:
             return cfg.window_tokens
-        return self.svd_interval_tokens or None
+        return self.knobs.svd_interval_tokens or None
 
     def uncompressed_tokens(self, cfg: SimConfig) -> int:
         """Most generated tokens held in full on the GPU: the interval, or the whole output."""
@@ -236,17 +203,17 @@ class ShadowKV(Method):
         rows = np.asarray(rows, dtype=np.float64)
         flops = cfg.batch_size * (6.0 * rows * n * n + 20.0 * n**3)
         gpu = ctx.profile.gpu
-        seconds = flops / (gpu.peak_fp16_tflops * 1e12 * self.svd_flops_fraction)
+        seconds = flops / (gpu.peak_fp16_tflops * 1e12 * self.knobs.svd_flops_fraction)
         refit = ctx.cost.kernel_s(
-            2.0 * cfg.batch_size * rows * n * self.rank,
-            cfg.batch_size * rows * (n * 4 + self.rank * cfg.dtype_bytes),
+            2.0 * cfg.batch_size * rows * n * self.knobs.rank,
+            cfg.batch_size * rows * (n * 4 + self.knobs.rank * cfg.dtype_bytes),
             3,
         )
         return seconds + refit
 
     def work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
-        b, d, dt, c = cfg.batch_size, m.head_dim, cfg.dtype_bytes, self.chunk_tokens
+        b, d, dt, c = cfg.batch_size, m.head_dim, cfg.dtype_bytes, self.knobs.chunk_tokens
         dense = dem.dense_layer[None, :]
         context = dem.context_tokens.astype(np.float64)
         # selection over every landmark (one per chunk and KV head), fp32 softmax per query head
@@ -267,9 +234,10 @@ class ShadowKV(Method):
         hit_tokens = np.maximum(0.0, heads * cfg.selected_tokens - missed_tokens)
         skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
         rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
+        rank = self.knobs.rank
         rebuild = cost.kernel_s(
-            2.0 * rows * self.rank * d,
-            rows * (self.rank + 3 * d) * dt + heads * self.rank * d * dt + 2.0 * hit_tokens * d * dt,
+            2.0 * rows * rank * d,
+            rows * (rank + 3 * d) * dt + heads * rank * d * dt + 2.0 * hit_tokens * d * dt,
             2,
         )
         share = self.rebuild_sm_share(ctx)
@@ -339,11 +307,11 @@ class ShadowKV(Method):
         ctx_tokens = cfg.max_context_tokens
         n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
         n_sparse = model.n_layers - n_dense
-        landmarks = -(-ctx_tokens // self.chunk_tokens) * n_kv * (d * dt + 8)
-        low_rank = ctx_tokens * self.rank * dt + n_kv * d * self.rank * dt
+        landmarks = -(-ctx_tokens // self.knobs.chunk_tokens) * n_kv * (d * dt + 8)
+        low_rank = ctx_tokens * self.knobs.rank * dt + n_kv * d * self.knobs.rank * dt
         outliers = outlier_chunks(cfg.selected_tokens)
         buffered = (
-            cfg.budget_tokens + outliers * self.chunk_tokens + self.uncompressed_tokens(cfg)
+            cfg.budget_tokens + outliers * self.knobs.chunk_tokens + self.uncompressed_tokens(cfg)
         )
         buffers = min(buffered, ctx_tokens) * n_kv * 2 * d * dt
         per_layer = landmarks + low_rank + buffers

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from sim.config import SimConfig
-from sim.errors import SimInputError
 from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
 from sim.methods.dropping import budget_attention_s, budget_memory, layer_split, layer_template, layer_work
 from sim.methods.host_costs import HostOps
@@ -48,12 +47,6 @@ _VOTE_KERNELS = 10  # matmul, mask build and add, softmax, cast, sum, pool, topk
 class SnapKV(GroupOptionMethod):
     """SnapKV (module docstring). observation_tokens: prompt queries that vote (SnapKV's window_size)."""
 
-    group_consistent: bool = True
-    observation_tokens: int = 64
-
-    name: ClassVar[str] = "snapkv"
-    replays: ClassVar[str | None] = "snapkv"
-    summary: ClassVar[str] = "prompt tokens voted once at prefill (pooled window attention), no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Li et al., SnapKV: LLM Knows What You are Looking for Before Generation (NeurIPS 2024, arXiv "
@@ -61,12 +54,6 @@ class SnapKV(GroupOptionMethod):
         "FasterDecoding/SnapKV snapkv/monkeypatch/snapkv_utils.py (SnapKVCluster.update_kv), "
         "snapkv/monkeypatch/llama_hijack_4_37.py (flash-attention-2 forward, K/V repeated before caching)",
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        w = self.observation_tokens
-        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
-            raise SimInputError(f"method_options.observation_tokens must be a positive integer, got {w!r}")
 
     def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
         return layer_template()
@@ -82,7 +69,7 @@ class SnapKV(GroupOptionMethod):
         b, d, dt, t = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.input_tokens
         if t <= cfg.budget_tokens:  # the prompt fits: nothing to vote on (snapkv_utils.py 42-43)
             return 0.0
-        w = min(self.observation_tokens, t)
+        w = min(self.knobs.observation_tokens, t)
         sets = self.sets_per_layer(m)
         probs = b * m.n_qo_heads * w * t * 4
         n_bytes = b * m.n_qo_heads * t * d * dt + 5 * 2 * probs + 3 * b * m.n_qo_heads * t * 4

@@ -58,11 +58,7 @@ _ROPE_PASSES = 6  # passes over the cached keys of the rotary re-application (es
 class StreamingLLM(GroupOptionMethod):
     """StreamingLLM (module docstring). group_consistent: one kept set per KV head (else per query head)."""
 
-    group_consistent: bool = True
 
-    name: ClassVar[str] = "streamingllm"
-    replays: ClassVar[str | None] = "streamingllm"
-    summary: ClassVar[str] = "sink + recent tokens on GPU, the middle dropped, no recall"
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Xiao et al., Efficient Streaming Language Models with Attention Sinks (ICLR 2024, arXiv "

@@ -29,9 +29,9 @@ SERVE = ["serve", *MODEL, "--input-tokens", "1200", "--output-tokens", "16", "--
 
 @pytest.fixture(scope="module")
 def dense_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A trace of the runtime's dense policy (`dse trace --method full`) on the default model, tiny."""
+    """A trace of the runtime's dense policy (`dse trace --method dense`) on the default model, tiny."""
     out = tmp_path_factory.mktemp("dense") / "run"
-    assert main(["trace", "--method", "full", *TINY, "--out", str(out)]) == 0
+    assert main(["trace", "--method", "dense", *TINY, "--out", str(out)]) == 0
     return out / "trace"
 
 
@@ -150,5 +150,5 @@ def test_report_resimulates_a_dense_run_from_its_trace(dense_trace: Path, tmp_pa
     out = resimulate(results, Overrides(hardware=("h100-pcie5",), workload=None))
     replayed = out.dense.sim["h100-pcie5"]
     assert replayed["method"] == "dense" and replayed["demand"].startswith("none")
-    assert any("dense attention (method full)" in n for n in replayed["notes"])
+    assert any("dense attention (method dense)" in n for n in replayed["notes"])
     assert out.trials[0].sim["h100-pcie5"]["method"] == "freekv"

@@ -73,7 +73,8 @@ def test_sweep_invalid_untuned_baseline_named_with_its_line(capsys, files) -> No
     )
     study.write_text(text)
     _fails(capsys, ["sweep", str(study)], str(study), "line 18", "baselines.untuned_freekv",
-           "budget_tokens 40 not a multiple of page_size 16")
+           "budget_tokens counts sink and window and must be a multiple of page_size=16 of at least "
+           "sink_tokens + window_tokens + page_size = 48, got 40")
 
 
 def test_sweep_task_context_beyond_the_model_positions(capsys, files) -> None:

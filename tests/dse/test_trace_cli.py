@@ -14,15 +14,16 @@ TINY = ["--task", "passkey", "--context-tokens", "160", "--samples", "1", "--dec
         "--device", "cpu"]
 
 
-def test_trace_full_tiny_run(tmp_path, capsys) -> None:
+def test_trace_dense_tiny_run_by_its_old_name_too(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert main(["trace", "--method", "full", *TINY, "--out", str(out)]) == 0
+    assert main(["trace", "--method", "full", *TINY, "--out", str(out)]) == 0  # "full": dense's old name
     printed = capsys.readouterr().out
     assert "passkey_accuracy" in printed and "wrote" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["accuracy"]) == {"passkey_accuracy"}
     reader = open_trace(out / "trace")
     assert reader.complete and reader.n_steps == 2 and reader.meta.runtime["budget_tokens"] == 96
+    assert reader.meta.runtime["method"] == "dense"
 
 
 @pytest.mark.parametrize(
@@ -37,7 +38,7 @@ def test_trace_full_tiny_run(tmp_path, capsys) -> None:
 )
 def test_trace_user_errors(tmp_path, capsys, monkeypatch, args, message) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    code = main(["trace", "--method", "full", *TINY, *args, "--out", str(tmp_path / "run")])
+    code = main(["trace", "--method", "dense", *TINY, *args, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
     assert message in err
@@ -49,13 +50,14 @@ def test_trace_records_the_selection_design(tmp_path, capsys) -> None:
     args = ["trace", "--method", "freekv", *TINY, "--group-pooling", "mean", "--page-summary", "box"]
     assert main([*args, "--out", str(out)]) == 0
     runtime = open_trace(out / "trace").meta.runtime
-    assert runtime["group_pooling"] == "mean" and runtime["page_summary"] == "box"
+    assert runtime["knobs"]["group_pooling"] == "mean" and runtime["knobs"]["page_summary"] == "box"
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--group-pooling", "avgSM"], "'avgSM' is not one of"),
     (["--page-summary", "quest"], "'quest' is not one of"),
-    (["--method", "lru"], "unknown method 'lru': valid methods are"),
+    (["--method", "lru"], "unknown method 'lru': valid runtime policies are freekv, dense, quest"),
+    (["--method", "quest", "--tau", "0.8"], "'tau' is not a knob of quest"),
 ])
 def test_trace_selection_design_and_method_errors(tmp_path, capsys, args, message) -> None:
     code = main(["trace", *TINY, *args, "--out", str(tmp_path / "run")])
@@ -64,8 +66,9 @@ def test_trace_selection_design_and_method_errors(tmp_path, capsys, args, messag
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--method", "snapkv", "--option", "kernel_size=4"], "extra.kernel_size of snapkv must be an odd"),
-    (["--method", "raas", "--option", "beta=1"], "extra.beta is not a raas knob"),
+    (["--method", "snapkv", "--option", "kernel_size=4"], "snapkv knob kernel_size must be an odd integer"),
+    (["--method", "raas", "--option", "beta=1"], "'beta' is not a knob of raas"),
+    (["--method", "quest", "--option", "offload=true"], "offload is a simulator knob"),
     (["--method", "h2o", "--option", "novalue"], "--option expects KEY=VALUE"),
 ])
 def test_trace_method_option_errors(tmp_path, capsys, args, message) -> None:
@@ -78,7 +81,9 @@ def test_trace_method_option_reaches_the_policy(tmp_path, capsys) -> None:
     out = tmp_path / "run"
     assert main(["trace", *TINY, "--method", "snapkv", "--option", "observation_tokens=16", "--option",
                  "pooling=max", "--out", str(out)]) == 0
-    assert open_trace(out / "trace").meta.runtime["extra"] == {"observation_tokens": 16, "pooling": "max"}
+    meta = open_trace(out / "trace").meta
+    assert meta.runtime["knobs"] == {"observation_tokens": 16, "kernel_size": 5, "pooling": "max"}
+    assert meta.method_knobs == meta.runtime["knobs"] and meta.method == "snapkv"
 
 
 def test_trace_new_task_prints_intervals(tmp_path, capsys) -> None:
@@ -107,6 +112,7 @@ def test_trace_new_task_prints_intervals(tmp_path, capsys) -> None:
 def test_trace_task_errors(tmp_path, capsys, monkeypatch, args, message) -> None:
     for var in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_HOME"):
         monkeypatch.setenv(var, str(tmp_path / var))
-    code = main(["trace", "--method", "full", "--context-tokens", "512", *args, "--out", str(tmp_path / "r")])
+    code = main(["trace", "--method", "dense", "--context-tokens", "512", *args, "--out",
+                 str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err

@@ -18,7 +18,7 @@ from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import load_model
 from traces import open_trace
 
-FULL = RuntimeConfig(method="full", page_size=16, budget_tokens=160, sink_tokens=16, window_tokens=16)
+FULL = RuntimeConfig(method="dense", page_size=16, budget_tokens=160, sink_tokens=16, window_tokens=16)
 
 
 def test_passkey_trace_with_full_attention(tmp_path) -> None:
@@ -37,7 +37,7 @@ def test_passkey_trace_with_full_attention(tmp_path) -> None:
     assert (steps[0].attended_tokens == 197).all()
     assert "step_total" in steps[0].timings_s and "attention" in steps[0].timings_s
     meta = reader.meta
-    assert meta.runtime["method"] == "full" and meta.runtime["dense_layers"] == list(range(30))
+    assert meta.runtime["method"] == "dense" and meta.runtime["dense_layers"] == list(range(30))
     assert meta.runtime["dtype"] == "float32" and meta.timing_clock == "wall"
     assert meta.device.startswith("cpu") and "torch" in meta.library_versions
     assert meta.task["decode_tokens"] == 4 and meta.seeds == {"task": 0, "sampling": 0}
@@ -85,11 +85,12 @@ def test_freekv_with_full_budget_matches_full_attention_on_the_real_model() -> N
     loaded = load_model("smollm2-135m")
     ids = loaded.tokenizer(reference_prose()[:8000], add_special_tokens=False)["input_ids"]
     prompt, forced = ids[:150], ids[150:162]
-    knobs = dict(page_size=16, budget_tokens=256, sink_tokens=16, window_tokens=16, tau=0.9)
+    shared = dict(page_size=16, budget_tokens=256, sink_tokens=16, window_tokens=16)
     logits = {}
-    for method in ("full", "freekv"):
-        policy = make_policy(RuntimeConfig(method=method, **knobs))
+    for method in ("dense", "freekv"):
+        policy = make_policy(RuntimeConfig(method=method, knobs={"tau": 0.9} if method == "freekv" else {},
+                                           **shared))
         runner = PolicyRunner(loaded, policy, None, OpTimer(torch.device("cpu")))
         logits[method] = runner.teacher_forced(prompt, forced).logits  # (12, V)
-    torch.testing.assert_close(logits["freekv"], logits["full"], atol=1e-4, rtol=1e-4)
-    assert (logits["freekv"].argmax(-1) == logits["full"].argmax(-1)).all()
+    torch.testing.assert_close(logits["freekv"], logits["dense"], atol=1e-4, rtol=1e-4)
+    assert (logits["freekv"].argmax(-1) == logits["dense"].argmax(-1)).all()

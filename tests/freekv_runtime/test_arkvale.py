@@ -17,7 +17,8 @@ from test_quest import SPARSE, attended_reference, check_movement, drive, oracle
 
 def test_arkvale_recalls_the_important_pages_evicts_the_least_and_attends_the_whole_cache() -> None:
     config = config_for("arkvale")
-    assert (config.group_pooling, config.page_summary) == ("mean", "box")  # ArkVale's own defaults
+    # ArkVale's own defaults
+    assert (config.knobs.group_pooling, config.knobs.page_summary) == ("mean", "box")
     n_top = config.selected_pages // 2
     steps = drive(config)
     evictions = 0
@@ -44,7 +45,7 @@ def test_arkvale_recalls_the_important_pages_evicts_the_least_and_attends_the_wh
 def test_arkvale_per_kv_head_selection_and_top_pages_knobs() -> None:
     """selection_groups = Hkv: each KV head selects on its own (its group's mean); top_pages = every slot:
     the cache holds exactly the selection (Quest-like)."""
-    config = config_for("arkvale", extra={"selection_groups": SHAPE.n_kv_heads})
+    config = config_for("arkvale", knobs={"selection_groups": SHAPE.n_kv_heads})
     steps = drive(config)
     differ = False
     for step in steps:
@@ -53,7 +54,7 @@ def test_arkvale_per_kv_head_selection_and_top_pages_knobs() -> None:
             np.testing.assert_array_equal(step.decisions.selected[0][SPARSE][h], want[h])
         differ |= not np.array_equal(want[0], want[1])
     assert differ
-    full = config_for("arkvale", extra={"top_pages": config.selected_pages})
+    full = config_for("arkvale", knobs={"top_pages": config.selected_pages})
     for step in drive(full):
         for h in range(SHAPE.n_kv_heads):
             resident = np.sort(step.resident_after[h])

@@ -15,9 +15,8 @@ from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import load_model
 
 # small pages and budget so that FreeKV selects, corrects and recalls within a 200-token context
-SPARSE = RuntimeConfig(
-    method="freekv", page_size=16, budget_tokens=64, sink_tokens=16, window_tokens=16, tau=0.9
-)
+SPARSE = RuntimeConfig(method="freekv", page_size=16, budget_tokens=64, sink_tokens=16, window_tokens=16,
+                       knobs={"tau": 0.9})
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_batch_groups_split_ragged_sets_by_length() -> None:
         batch_groups([(1,)], 0)
 
 
-@pytest.mark.parametrize("config", [RuntimeConfig(method="full"), SPARSE], ids=["full", "freekv"])
+@pytest.mark.parametrize("config", [RuntimeConfig(method="dense"), SPARSE], ids=["dense", "freekv"])
 def test_batched_generation_equals_one_by_one(loaded, config) -> None:
     spec = TaskSpec("niah_multikey", context_tokens=220, n_samples=3, decode_tokens=6)
     samples = get_task("niah_multikey").samples(spec, loaded.tokenizer, seed=1)

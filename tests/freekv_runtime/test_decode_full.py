@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.decode import Sampling, sample
 from freekv_runtime.policies.base import AttentionShape
-from freekv_runtime.policies.full import DenseKVCache, FullPolicy
+from freekv_runtime.policies.dense import DenseKVCache, DensePolicy
 from freekv_runtime.timing import OpTimer
 
 SHAPE = AttentionShape(n_layers=2, n_qo_heads=6, n_kv_heads=2, head_dim=8)
@@ -36,7 +36,7 @@ def test_cache_grows_in_chunks_and_keeps_its_contents() -> None:
 
 def test_full_state_is_dense_attention_and_reports_no_selection() -> None:
     g = torch.Generator().manual_seed(1)
-    state = FullPolicy(RuntimeConfig(method="full", measure_attention_mass=True)).new_state(
+    state = DensePolicy(RuntimeConfig(method="dense", measure_attention_mass=True)).new_state(
         SHAPE, 2, CPU, torch.float32, OpTimer(CPU)
     )
     keys, values = [], []

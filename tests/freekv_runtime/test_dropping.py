@@ -108,7 +108,7 @@ def test_h2o_accumulates_decode_attention_and_stays_within_budget() -> None:
 def test_snapkv_keeps_the_observation_windows_top_pooled_votes(pooling: str) -> None:
     obs, kernel = 8, 5
     config = config_for("snapkv", budget_tokens=48, sink_tokens=8, window_tokens=16,
-                        extra={"observation_tokens": obs, "kernel_size": kernel, "pooling": pooling})
+                        knobs={"observation_tokens": obs, "kernel_size": kernel, "pooling": pooling})
     episode = make_episode(SHAPE, PROMPT, 1, seed=14)
     run = run_policy(config, [episode])
     q, k, _ = episode.prompt[SPARSE]
@@ -133,7 +133,7 @@ def test_snapkv_keeps_the_observation_windows_top_pooled_votes(pooling: str) -> 
 def test_snapkv_decisions_are_fixed_after_prefill() -> None:
     """Generated tokens leave with the window; the prompt tokens kept at step 0 are kept at every step."""
     config = config_for("snapkv", budget_tokens=48, sink_tokens=8, window_tokens=16,
-                        extra={"observation_tokens": 8})
+                        knobs={"observation_tokens": 8})
     episode = make_episode(SHAPE, PROMPT, 20, seed=15)
     run = run_policy(config, [episode])
     kept = _kept(run)
@@ -149,7 +149,7 @@ def test_raas_drops_the_page_attended_least_recently() -> None:
     whole pages and the held candidate pages never exceed (budget - sink - window) / page_size."""
     p = 8
     config = config_for("raas", page_size=p, budget_tokens=48, sink_tokens=8, window_tokens=16,
-                        extra={"alpha": 0.05})
+                        knobs={"alpha": 0.05})
     episode = make_episode(SHAPE, PROMPT, 12, seed=16)
     hot = 3  # page 3 (tokens 24..31): keys made to align with every query of the sparse layer
     q, k, v = episode.prompt[SPARSE]
@@ -175,16 +175,18 @@ def test_raas_drops_the_page_attended_least_recently() -> None:
 
 
 @pytest.mark.parametrize(("method", "extra", "message"), [
-    ("streamingllm", {"window": 4}, "extra.window is not a streamingllm knob"),
-    ("h2o", {"heavy": 4}, "extra.heavy is not a h2o knob"),
-    ("snapkv", {"kernel_size": 4}, "extra.kernel_size of snapkv must be an odd positive integer"),
-    ("snapkv", {"pooling": "sum"}, 'extra.pooling of snapkv must be "avg" or "max"'),
-    ("raas", {"alpha": 1.5}, r"extra.alpha of raas must be a number in \(0, 1\)"),
-    ("raas", {"group": "min"}, 'extra.group of raas must be "max" or "mean"'),
+    ("streamingllm", {"window": 4}, "'window' is not a knob of streamingllm"),
+    ("h2o", {"heavy": 4}, "'heavy' is not a knob of h2o"),
+    ("h2o", {"group_consistent": False}, "group_consistent is a simulator knob .* of h2o, not read by the "
+     "runtime"),
+    ("snapkv", {"kernel_size": 4}, "snapkv knob kernel_size must be an odd integer >= 1, got 4"),
+    ("snapkv", {"pooling": "sum"}, "snapkv knob pooling must be one of avg, max, got 'sum'"),
+    ("raas", {"alpha": 1.5}, r"raas knob alpha must be a number in \(0, 1\), got 1.5"),
+    ("raas", {"group": "min"}, "raas knob group must be one of max, mean"),
 ])
 def test_bad_knobs_are_refused_with_the_key_named(method: str, extra: dict, message: str) -> None:
     with pytest.raises(RuntimeConfigError, match=message):
-        make_policy(config_for(method, extra=extra))
+        make_policy(config_for(method, knobs=extra))
 
 
 def test_masked_decode_matches_sdpa_over_the_kept_tokens() -> None:

@@ -32,8 +32,9 @@ ATOL = 1e-5  # fp32 runtime vs float64 attention over the same tokens
 
 
 def config_for(p: int, tau: float, **kw) -> RuntimeConfig:
+    knobs = {"tau": tau, **kw.pop("knobs", {})}
     return RuntimeConfig(method="freekv", page_size=p, sink_tokens=SINK * p, window_tokens=WINDOW * p,
-                         budget_tokens=(SINK + WINDOW + SELECTED) * p, tau=tau, dense_layers=(0,), **kw)
+                         budget_tokens=(SINK + WINDOW + SELECTED) * p, dense_layers=(0,), knobs=knobs, **kw)
 
 
 @dataclass
@@ -125,11 +126,11 @@ def fresh_selection(run: Drive, t: int, layer: int) -> np.ndarray:
     lo, hi = SINK, max(SINK, (n - 1) // p - WINDOW + 1)
     bounds = [torch.full((b,), x, dtype=torch.int32) for x in (lo, hi)]
     kmin, kmax = pages.amin(3), pages.amax(3)
-    if run.config.page_summary == "box":  # centre +- mean radius (kernels.summarize_pages)
+    if run.config.knobs.page_summary == "box":  # centre +- mean radius (kernels.summarize_pages)
         centre = (kmin + kmax) / 2
         radius = (pages - centre[:, :, :, None]).abs().mean(3)
         kmin, kmax = centre - radius, centre + radius
-    scores = page_scores_reference(run.q[t][layer], kmin, kmax, *bounds, run.config.group_pooling)
+    scores = page_scores_reference(run.q[t][layer], kmin, kmax, *bounds, run.config.knobs.group_pooling)
     return topk_pages_reference(scores, min(SELECTED, hi - lo)).numpy()
 
 
@@ -157,8 +158,8 @@ CASES = [(8, 1), (16, 3), (32, 4), (64, 3)]  # (page size, group size)
 
 
 @pytest.mark.parametrize(("p", "group"), CASES)
-def test_tau_above_one_corrects_every_head_with_a_fresh_selection(p: int, group: int) -> None:
-    run = drive(config_for(p, tau=1.5), group, prompt_tokens=12 * p - 2, n_steps=5)
+def test_tau_one_corrects_every_head_with_a_fresh_selection(p: int, group: int) -> None:
+    run = drive(config_for(p, tau=1.0), group, prompt_tokens=12 * p - 2, n_steps=5)
     for t, dec in enumerate(run.steps):
         assert dec.corrected[:, 1].all() and not dec.corrected[:, 0].any()
         fresh = fresh_selection(run, t, 1)
@@ -175,7 +176,7 @@ def test_selection_design_knobs_select_by_their_own_scores(pooling: str, summary
     """Every (group_pooling, page_summary): a corrected head attends the top pages under that design's
     scores, computed independently from the true keys."""
     p, group = 8, 3
-    run = drive(config_for(p, tau=1.5, group_pooling=pooling, page_summary=summary), group,
+    run = drive(config_for(p, tau=1.0, knobs={"group_pooling": pooling, "page_summary": summary}), group,
                 prompt_tokens=12 * p - 2, n_steps=3)
     for t, dec in enumerate(run.steps):
         fresh = fresh_selection(run, t, 1)
@@ -190,15 +191,15 @@ def test_selection_design_changes_decisions() -> None:
     p, group = 8, 4
     picks = {}
     for pooling, summary in [("softmax_mean", "minmax"), ("softmax_scaled_mean", "minmax"), ("mean", "box")]:
-        run = drive(config_for(p, tau=1.5, group_pooling=pooling, page_summary=summary), group,
+        run = drive(config_for(p, tau=1.0, knobs={"group_pooling": pooling, "page_summary": summary}), group,
                     prompt_tokens=24 * p - 2, n_steps=3)
         picks[pooling, summary] = [[h.tolist() for h in d.selected[0][1]] for d in run.steps]
     assert len({str(v) for v in picks.values()}) > 1
 
 
 @pytest.mark.parametrize(("p", "group"), CASES)
-def test_tau_below_minus_one_never_corrects_and_attends_last_steps_selection(p: int, group: int) -> None:
-    run = drive(config_for(p, tau=-1.5), group, prompt_tokens=12 * p - 2, n_steps=5)
+def test_tau_minus_one_never_corrects_and_attends_last_steps_selection(p: int, group: int) -> None:
+    run = drive(config_for(p, tau=-1.0), group, prompt_tokens=12 * p - 2, n_steps=5)
     for t, dec in enumerate(run.steps):
         assert not dec.corrected.any()
         fresh = np.sort(fresh_selection(run, t, 1), axis=-1)
@@ -215,7 +216,7 @@ def test_tau_below_minus_one_never_corrects_and_attends_last_steps_selection(p: 
 def test_mixed_correction_recalls_only_misses(p: int, group: int, staging_pages: int) -> None:
     """tau between the similarities: corrected heads attend this step's selection, the others the last
     step's; only pages not resident cross the link, bytes = misses x 2 x p x d x 4."""
-    config = config_for(p, tau=0.85, extra={"staging_pages": staging_pages})
+    config = config_for(p, tau=0.85, knobs={"staging_pages": staging_pages})
     run = drive(config, group, prompt_tokens=12 * p - 2, n_steps=6, batch=3, seed=p + group)
     corrected_seen = 0
     for t, dec in enumerate(run.steps):
@@ -254,11 +255,11 @@ def test_context_shorter_than_budget_selects_every_candidate(p: int) -> None:
 @pytest.mark.parametrize("p", [8, 16])
 def test_no_correction_check_while_the_context_fits_the_budget(p: int) -> None:
     """While n_pages <= budget pages there is no check (similarity NaN = not checked, nothing corrected),
-    no selection and no recall, even at tau > 1 where every check corrects; the recorded selection is
-    every candidate, none missed. The first step past the budget checks (and, at tau > 1, corrects)."""
+    no selection and no recall, even at tau 1 where every check corrects; the recorded selection is
+    every candidate, none missed. The first step past the budget checks (and, at tau 1, corrects)."""
     budget = (SINK + WINDOW + SELECTED) * p
     prompt = budget - p // 2  # the last page of the budget is half full: fits for p // 2 steps
-    run = drive(config_for(p, tau=1.5), 3, prompt_tokens=prompt, n_steps=p // 2 + 3)
+    run = drive(config_for(p, tau=1.0), 3, prompt_tokens=prompt, n_steps=p // 2 + 3)
     over = [t for t in range(len(run.steps)) if n_context(run, t) > budget]
     assert over and over[0] == p // 2  # context budget + 1: ceil((budget + 1) / p) > budget / p
     for t, dec in enumerate(run.steps):
@@ -317,17 +318,17 @@ def test_timer_names_the_operations() -> None:
 
 
 def test_bad_selection_design_is_refused_with_the_field_named() -> None:
-    with pytest.raises(RuntimeConfigError, match="group_pooling must be one of softmax_mean"):
-        config_for(8, 0.9, group_pooling="avgSM")
-    with pytest.raises(RuntimeConfigError, match="page_summary must be one of minmax, box"):
-        config_for(8, 0.9, page_summary="quest")
+    with pytest.raises(RuntimeConfigError, match="freekv knob group_pooling must be one of softmax_mean"):
+        config_for(8, 0.9, knobs={"group_pooling": "avgSM"})
+    with pytest.raises(RuntimeConfigError, match="freekv knob page_summary must be one of minmax, box"):
+        config_for(8, 0.9, knobs={"page_summary": "quest"})
 
 
 def test_bad_configuration_is_refused_with_the_field_named() -> None:
-    with pytest.raises(RuntimeConfigError, match="extra.stagin"):
-        make_policy(config_for(8, 0.9, extra={"stagin": 4}))
-    with pytest.raises(RuntimeConfigError, match="extra.staging_pages"):
-        make_policy(config_for(8, 0.9, extra={"staging_pages": 0}))
+    with pytest.raises(RuntimeConfigError, match="'stagin' is not a knob of freekv; valid knobs: "):
+        make_policy(config_for(8, 0.9, knobs={"stagin": 4}))
+    with pytest.raises(RuntimeConfigError, match="freekv knob staging_pages must be an integer >= 0"):
+        make_policy(config_for(8, 0.9, knobs={"staging_pages": -1}))
     shape = AttentionShape(n_layers=2, n_qo_heads=4, n_kv_heads=2, head_dim=D)
     policy = make_policy(RuntimeConfig(page_size=8, budget_tokens=64, sink_tokens=8, window_tokens=16,
                                        dense_layers=(0, 5)))
@@ -336,11 +337,11 @@ def test_bad_configuration_is_refused_with_the_field_named() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tau", [-1.5, 1.5])
+@pytest.mark.parametrize("tau", [-1.0, 1.0])
 def test_cuda_streams_path_matches_the_cpu_path(tau: float) -> None:
     """On a GPU: Triton kernels, pinned pool, offload/copy/convert streams and events make the same
     decisions and (to 1e-4) the same outputs as the synchronous CPU path. Skipped where no GPU exists."""
-    config = config_for(16, tau=tau, extra={"staging_pages": 2})
+    config = config_for(16, tau=tau, knobs={"staging_pages": 2})
     cpu = drive(config, 3, prompt_tokens=12 * 16 - 2, n_steps=6)
     gpu = drive(config, 3, prompt_tokens=12 * 16 - 2, n_steps=6, device=torch.device("cuda"))
     for dec_c, dec_g in zip(cpu.steps, gpu.steps, strict=True):

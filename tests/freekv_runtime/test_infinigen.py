@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 
 
 def _prepared(shape: AttentionShape, **extra):  # noqa: ANN202
-    policy = make_policy(config_for("infinigen", extra=dict(calib_tokens=128, **extra)))
+    policy = make_policy(config_for("infinigen", knobs=dict(calib_tokens=128, **extra)))
     policy.prepare(tiny_model(shape))
     return policy
 
@@ -102,7 +102,7 @@ def test_movement_fields_on_a_hand_checkable_case() -> None:
     """Sink 8, window 16, budget 64, prompt 40: while the context fits the budget every token outside
     sink and window is prefetched each step (41 -> 17 fetched, 42 -> 18), the previous step's 17 are
     given up; beyond the budget, sink + window + selected <= 64. Layer 0 is dense and moves nothing."""
-    config = config_for("infinigen", extra={"calib_tokens": 64})
+    config = config_for("infinigen", knobs={"calib_tokens": 64})
     run = run_policy(config, [make_episode(SHAPE, 40, 30, seed=4)])
     for t, dec in enumerate(run.steps):
         n = 41 + t
@@ -127,7 +127,7 @@ def test_alpha_moves_the_selection() -> None:
     episode = make_episode(SHAPE, 300, 4, seed=5)
     fetched = {}
     for alpha in (0.05, 0.2, 50.0):
-        config = config_for("infinigen", budget_tokens=200, extra={"alpha": alpha, "calib_tokens": 64})
+        config = config_for("infinigen", budget_tokens=200, knobs={"alpha": alpha, "calib_tokens": 64})
         run = run_policy(config, [episode])
         fetched[alpha] = sum(int(dec.fetched_tokens[:, 1:].sum()) for dec in run.steps)
     assert fetched[0.05] < fetched[0.2] < fetched[50.0] == 4 * 2 * 2 * (200 - 24), fetched
@@ -137,8 +137,8 @@ def test_alpha_moves_the_selection() -> None:
     ({"alpha": 0}, "alpha"), ({"partial_ratio": 1.5}, "partial_ratio"), ({"calib_tokens": 4}, "calib_tokens"),
     ({"ratio": 0.1}, "ratio")])
 def test_bad_knobs_name_the_key(extra: dict, key: str) -> None:
-    with pytest.raises(RuntimeConfigError, match=f"extra.{key}"):
-        make_policy(config_for("infinigen", extra=extra))
+    with pytest.raises(RuntimeConfigError, match=f"(infinigen knob {key} must be|'{key}' is not a knob of)"):
+        make_policy(config_for("infinigen", knobs=extra))
 
 
 def test_layer_zero_must_be_dense() -> None:

@@ -12,7 +12,7 @@ import torch
 from freekv_runtime.api import PolicyRunner
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks import TaskSpec, get_task
 from freekv_runtime.tasks.longbench_v2 import extract_choice
 from freekv_runtime.tasks.longgenbench import checks_of, split_blocks
@@ -34,7 +34,8 @@ def empty_hf_caches(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def runner():
     loaded = load_model("smollm2-135m")
-    return PolicyRunner(loaded, FullPolicy(RuntimeConfig(method="full")), None, OpTimer(torch.device("cpu")))
+    dense = DensePolicy(RuntimeConfig(method="dense"))
+    return PolicyRunner(loaded, dense, None, OpTimer(torch.device("cpu")))
 
 
 def _jsonl(path, records):

@@ -12,7 +12,7 @@ import torch
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.decode import DecodeContext, generate, teacher_forced
 from freekv_runtime.model import ModelAdapter
-from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks.text import reference_prose
 from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import load_model
@@ -33,7 +33,7 @@ def _prose_ids(loaded, n_tokens: int, offset: int = 0) -> torch.Tensor:
 def _full_context(loaded, n_positions: int) -> DecodeContext:
     adapter = ModelAdapter(loaded.model)
     timer = OpTimer(CPU)
-    state = FullPolicy(RuntimeConfig(method="full")).new_state(adapter.shape, 1, CPU, torch.float32, timer)
+    state = DensePolicy(RuntimeConfig(method="dense")).new_state(adapter.shape, 1, CPU, torch.float32, timer)
     return DecodeContext(adapter, state, adapter.rope_table(n_positions), timer)
 
 

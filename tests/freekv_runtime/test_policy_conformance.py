@@ -1,9 +1,9 @@
-"""Conformance suite every KV policy inherits (parametrized over `POLICIES`), on random tensors.
+"""Conformance suite every KV policy inherits (parametrized over the catalogue's runtime policies).
 
 Each test runs a policy through a prefill and a few decode steps the way the decode loop does (every
 layer, then `end_step`). Queries of adjacent steps are made similar with per-head noise, so FreeKV
-corrects some heads and not others at tau = 0.85. Adding a method to `POLICIES` adds it here; a policy
-whose module does not exist yet is skipped with that reason.
+corrects some heads and not others at tau = 0.85. A method's catalogue entry with a runtime policy
+(traces.catalogue) adds it here.
 
 Every policy is `prepare`d with a tiny random Llama of the suite's shape (`tiny_model`), as the runtime
 prepares it with the real one; a state that wants layer inputs gets each layer's random hidden input and
@@ -12,7 +12,6 @@ the episode's keys with RoPE undone (so that its pre-RoPE keys are those of the 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass
 
@@ -22,14 +21,15 @@ import torch
 
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.model import ModelAdapter, RopeTable
-from freekv_runtime.policies import POLICIES, make_policy
+from freekv_runtime.policies import make_policy, policy_names
 from freekv_runtime.policies.base import AttentionShape, PrefillDecisions, StepDecisions
 from freekv_runtime.timing import OpTimer
+from traces.catalogue import entry
 
 SHAPE = AttentionShape(n_layers=3, n_qo_heads=6, n_kv_heads=2, head_dim=16)
 HIDDEN = 96  # the tiny model's hidden size (its layer inputs)
 # Policies that attend everything by definition: the budget does not apply to them.
-UNBUDGETED = {"full": "full attention is dense by definition (the accuracy reference)"}
+UNBUDGETED = {"dense": "dense attention attends everything by definition (the accuracy reference)"}
 # fp32 runtime vs a float64 dense reference over at most a few hundred tokens.
 DENSE_ATOL = 1e-5
 
@@ -148,15 +148,13 @@ def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def config_for(method: str, **kw) -> RuntimeConfig:
-    base = dict(method=method, page_size=8, budget_tokens=64, sink_tokens=8, window_tokens=16, tau=0.85,
+    """The suite's configuration of `method`; tau 0.85 where the method has that knob; `knobs` adds or
+    replaces method knobs, other keywords the retrieval knobs."""
+    knobs = {"tau": 0.85} if "tau" in entry(method).knobs.names("runtime") else {}
+    knobs.update(kw.pop("knobs", {}))
+    base = dict(method=method, page_size=8, budget_tokens=64, sink_tokens=8, window_tokens=16,
                 dense_layers=(0,))
-    return RuntimeConfig(**{**base, **kw})
-
-
-def _require_module(method: str) -> None:
-    module = POLICIES[method].split(":")[0]
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"policy {method!r}: module {module} does not exist yet")
+    return RuntimeConfig(**{**base, **kw}, knobs=knobs)
 
 
 def assert_same_decisions(a: StepDecisions, ia: int, b: StepDecisions, ib: int) -> None:
@@ -187,12 +185,11 @@ def unbudgeted_heads(state: object, shape: AttentionShape = SHAPE) -> np.ndarray
     return np.asarray(heads, dtype=bool)
 
 
-METHODS = sorted(POLICIES)
+METHODS = sorted(policy_names())
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_budget_respected(method: str) -> None:
-    _require_module(method)
     if method in UNBUDGETED:
         pytest.skip(f"policy {method!r}: {UNBUDGETED[method]}")
     config = config_for(method)
@@ -212,7 +209,6 @@ def test_budget_respected(method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_same_seed_same_result(method: str) -> None:
-    _require_module(method)
     config = config_for(method, measure_attention_mass=True)
     runs = [run_policy(config, [make_episode(SHAPE, 70, 6, seed=s) for s in (3, 4)]) for _ in range(2)]
     for out_a, out_b in zip(runs[0].decode_out, runs[1].decode_out, strict=True):
@@ -225,7 +221,6 @@ def test_same_seed_same_result(method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_batched_equals_per_request(method: str) -> None:
-    _require_module(method)
     config = config_for(method, measure_attention_mass=True)
     episodes = [make_episode(SHAPE, 77, 10, seed=s) for s in (5, 6, 7)]
     batched = run_policy(config, episodes)
@@ -253,10 +248,9 @@ def test_batched_equals_per_request(method: str) -> None:
 @pytest.mark.parametrize("prompt_tokens", [61, 64])
 def test_full_budget_equals_dense(method: str, prompt_tokens: int) -> None:
     """A budget covering the whole context gives dense attention (to DENSE_ATOL vs a float64 reference)."""
-    _require_module(method)
     n_steps = 9
     budget = 8 + 16 + 8 * (-(-(prompt_tokens + n_steps) // 8))
-    config = config_for(method, budget_tokens=budget, tau=0.85)
+    config = config_for(method, budget_tokens=budget)
     episodes = [make_episode(SHAPE, prompt_tokens, n_steps, seed=s) for s in (8, 9)]
     run = run_policy(config, episodes)
     for layer in range(SHAPE.n_layers):

@@ -55,7 +55,7 @@ def test_razorattention_trace_records_its_probe(tmp_path, capsys) -> None:
 
 def test_infinigen_publishes_its_calibration() -> None:
     config = RuntimeConfig(method="infinigen", page_size=4, budget_tokens=32, sink_tokens=4, window_tokens=4,
-                           dense_layers=(0,), extra={"partial_ratio": 0.25, "calib_tokens": 64})
+                           dense_layers=(0,), knobs={"partial_ratio": 0.25, "calib_tokens": 64})
     policy = make_policy(config)
     assert policy.prepared_metadata() == {}  # nothing before prepare
     policy.prepare(tiny_model())

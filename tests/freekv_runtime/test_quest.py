@@ -75,10 +75,10 @@ def oracle_scores(step: Step, config: RuntimeConfig, heads_per_selection: int = 
     sum_i max(q_i hi_i, q_i lo_i) per query head, pooled over the GQA group (max or mean), then over
     `heads_per_selection` KV heads the same way."""
     p = config.page_size
-    lo, hi = page_bounds(step.keys, p, config.page_summary)
+    lo, hi = page_bounds(step.keys, p, config.knobs.page_summary)
     q = step.q.double().numpy().reshape(SHAPE.n_kv_heads, SHAPE.group_size, 1, -1)  # (Hkv, G, 1, d)
     bound = np.maximum(q * hi[:, None], q * lo[:, None]).sum(axis=-1)  # (Hkv, G, n_full)
-    pool = {"max": np.max, "mean": np.mean}[config.group_pooling]
+    pool = {"max": np.max, "mean": np.mean}[config.knobs.group_pooling]
     scores = pool(bound, axis=1)
     g = heads_per_selection
     scores = np.repeat(pool(scores.reshape(-1, g, scores.shape[1]), axis=1), g, axis=0)
@@ -128,7 +128,7 @@ def check_movement(steps: list[Step], config: RuntimeConfig) -> None:
 
 def test_quest_selects_the_top_pages_of_the_current_query_and_attends_only_them() -> None:
     config = config_for("quest")
-    assert (config.group_pooling, config.page_summary) == ("max", "minmax")  # Quest's own defaults
+    assert (config.knobs.group_pooling, config.knobs.page_summary) == ("max", "minmax")  # Quest's own
     steps = drive(config)
     moved = 0
     for step in steps:
@@ -144,7 +144,7 @@ def test_quest_selects_the_top_pages_of_the_current_query_and_attends_only_them(
 
 def test_quest_knobs_move_the_selection() -> None:
     base = drive(config_for("quest"))
-    per_head_mean = drive(config_for("quest", group_pooling="mean", page_summary="box"))
+    per_head_mean = drive(config_for("quest", knobs={"group_pooling": "mean", "page_summary": "box"}))
     assert any(not np.array_equal(a.decisions.selected[0][SPARSE][h], b.decisions.selected[0][SPARSE][h])
                for a, b in zip(base, per_head_mean, strict=True) for h in range(SHAPE.n_kv_heads))
 
@@ -162,25 +162,27 @@ def test_replaced_pages_counts_only_held_slots_overwritten() -> None:
 
 
 def test_selection_defaults_are_per_method_and_settable() -> None:
-    assert RuntimeConfig(method="freekv").group_pooling == "softmax_mean"
-    assert (RuntimeConfig(method="arkvale").group_pooling, RuntimeConfig(method="arkvale").page_summary) \
-        == ("mean", "box")
-    assert RuntimeConfig(method="quest", group_pooling="softmax_mean").group_pooling == "softmax_mean"
-    assert RuntimeConfig(method="quest").to_dict()["group_pooling"] == "max"
+    assert RuntimeConfig(method="freekv").knobs.group_pooling == "softmax_mean"
+    ark = RuntimeConfig(method="arkvale").knobs
+    assert (ark.group_pooling, ark.page_summary) == ("mean", "box")
+    quest = RuntimeConfig(method="quest", knobs={"group_pooling": "softmax_mean"})
+    assert quest.knobs.group_pooling == "softmax_mean"
+    assert RuntimeConfig(method="quest").to_dict()["knobs"]["group_pooling"] == "max"
 
 
 @pytest.mark.parametrize(("method", "extra", "message"), [
-    ("quest", {"top_pages": 2}, r"extra.top_pages is not a quest knob: valid keys are \['pool_chunk_pages'"),
-    ("quest", {"staging_pages": 0}, "extra.staging_pages of quest must be a positive integer"),
-    ("arkvale", {"top_pages": 6}, r"extra.top_pages of arkvale must be an integer in 1..5"),
-    ("arkvale", {"selection_groups": "layer"}, "extra.selection_groups of arkvale must be a positive int"),
+    ("quest", {"top_pages": 2}, r"'top_pages' is not a knob of quest; valid knobs: group_pooling"),
+    ("quest", {"staging_pages": -1}, "quest knob staging_pages must be an integer >= 0, got -1"),
+    ("quest", {"offload": True}, "offload is a simulator knob .* of quest, not read by the runtime"),
+    ("arkvale", {"top_pages": 6}, r"arkvale knob top_pages must be an integer in 1..5"),
+    ("arkvale", {"selection_groups": "layer"}, "arkvale knob selection_groups must be an integer >= 1"),
 ])
 def test_bad_knobs_are_refused_with_the_key_named(method: str, extra: dict, message: str) -> None:
     with pytest.raises(RuntimeConfigError, match=message):
-        make_policy(config_for(method, extra=extra))
+        make_policy(config_for(method, knobs=extra))
 
 
 def test_arkvale_selection_groups_must_divide_the_kv_heads() -> None:
-    policy = make_policy(config_for("arkvale", extra={"selection_groups": 3}))
-    with pytest.raises(RuntimeConfigError, match="extra.selection_groups of arkvale must divide the model's"):
+    policy = make_policy(config_for("arkvale", knobs={"selection_groups": 3}))
+    with pytest.raises(RuntimeConfigError, match="arkvale knob selection_groups must divide the model's"):
         policy.new_state(SHAPE, 1, torch.device("cpu"), torch.float32, OpTimer(torch.device("cpu")))

@@ -23,7 +23,7 @@ from traces.models import get_model
 
 SMALL = "smollm2-135m"  # a small vocabulary: building it on 2 CPU cores takes well under a second
 KNOBS = RuntimeConfig(method="freekv", page_size=16, budget_tokens=96, sink_tokens=16, window_tokens=16,
-                      tau=0.9, dense_layers=(0,))
+                      dense_layers=(0,), knobs={"tau": 0.9})
 
 
 def _weights(loaded) -> list[torch.Tensor]:

@@ -55,7 +55,7 @@ class PlantedModel:
 
 def config(**kw) -> RuntimeConfig:
     base = dict(method="razorattention", page_size=4, budget_tokens=16, sink_tokens=4, window_tokens=4,
-                dense_layers=(0,), extra={"induction_fraction": 1 / 12, "echo_fraction": 1 / 12,
+                dense_layers=(0,), knobs={"induction_fraction": 1 / 12, "echo_fraction": 1 / 12,
                                           "probe_tokens": 24, "probe_repeats": 3})
     return RuntimeConfig(**{**base, **kw})
 
@@ -125,7 +125,7 @@ def test_attended_tokens_and_movement() -> None:
         np.testing.assert_array_equal(dec.evicted_tokens[0], [[0, 0], [0, evicted], [evicted, 0]])
         assert dec.fetched_tokens is None
         assert dec.selected[0][2][0].size == 0 and dec.missed[0][2][0].size == 0
-    none = prepared(config(extra={**config().extra, "compensation": "none"}))
+    none = prepared(config(knobs={**config().knobs.values("runtime"), "compensation": "none"}))
     dec = _drive(none, prompt=20, steps=1)[1][0]
     assert dec.attended_tokens[0, 2, 0] == 15  # sink + window, no compensation token
 
@@ -135,7 +135,7 @@ def test_compensation_token_is_the_mean_of_the_dropped(compensation: str) -> Non
     """After 4 steps over a 20-token prompt (24 tokens) a non-retrieval head holds [0, 4) + [13, 24) and has
     dropped [4, 13): its compensation token is their mean key and value, and its output is the softmax over
     the kept tokens plus that token, weighted by the 9 tokens it stands for ("count") or as one ("single")."""
-    policy = prepared(config(extra={**config().extra, "compensation": compensation}))
+    policy = prepared(config(knobs={**config().knobs.values("runtime"), "compensation": compensation}))
     state, _, keys, values, last = _drive(policy, prompt=20, steps=4)
     layer, kv = 2, 0  # a non-retrieval head of a sparse layer
     k_hat, v_hat, n = state.compensation_token(layer)
@@ -156,12 +156,12 @@ def test_compensation_token_is_the_mean_of_the_dropped(compensation: str) -> Non
 
 
 def test_bad_knobs_and_missing_probe() -> None:
-    with pytest.raises(RuntimeConfigError, match="extra.compensation"):
-        make_policy(config(extra={"compensation": "mean"}))
-    with pytest.raises(RuntimeConfigError, match="extra.probe_tokens"):
-        make_policy(config(extra={"probe_tokens": 1}))
-    with pytest.raises(RuntimeConfigError, match="extra.heads"):
-        make_policy(config(extra={"heads": 3}))
+    with pytest.raises(RuntimeConfigError, match="razorattention knob compensation must be one of count"):
+        make_policy(config(knobs={"compensation": "mean"}))
+    with pytest.raises(RuntimeConfigError, match="razorattention knob probe_tokens must be an integer >= 2"):
+        make_policy(config(knobs={"probe_tokens": 1}))
+    with pytest.raises(RuntimeConfigError, match="'heads' is not a knob of razorattention"):
+        make_policy(config(knobs={"heads": 3}))
     with pytest.raises(RuntimeConfigError, match="prepare"):
         make_policy(config()).new_state(SHAPE, 1, torch.device("cpu"), torch.float32,
                                         OpTimer(torch.device("cpu")))

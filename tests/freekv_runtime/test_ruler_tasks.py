@@ -11,7 +11,7 @@ import torch
 from freekv_runtime.api import PolicyRunner
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks import TaskSpec, get_task
 from freekv_runtime.tasks.longgen import first_divergence
 from freekv_runtime.tasks.ruler_common import score_samples, string_match_all, string_match_part
@@ -125,7 +125,7 @@ def test_first_divergence() -> None:
 def test_longgen_of_dense_attention_against_itself(loaded, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FREEKV_DSE_CACHE", str(tmp_path))
     runner = PolicyRunner(
-        loaded, FullPolicy(RuntimeConfig(method="full")), None, OpTimer(torch.device("cpu"))
+        loaded, DensePolicy(RuntimeConfig(method="dense")), None, OpTimer(torch.device("cpu"))
     )
     spec = TaskSpec("longgen", context_tokens=150, n_samples=2, decode_tokens=6)
     scores = get_task("longgen").run(spec, runner, seed=0)

@@ -122,7 +122,7 @@ def test_value_fetch_counts_only_the_changed_chunks() -> None:
     """page 4, no sink, window 4, budget 16, re-factorise every 4 steps, no outliers. Prefill: chunks 0-3
     factorised, tokens 16-19 exact; k = (16 - recent) // 4."""
     config = RuntimeConfig(method="shadowkv", page_size=4, budget_tokens=16, sink_tokens=0, window_tokens=4,
-                           dense_layers=(0,), extra={"outlier_chunks": 0})
+                           dense_layers=(0,), knobs={"outlier_chunks": 0})
     episode = _hand_episode([[0, 1, 2], [1, 3], [1, 3], [0, 2], [0, 2, 4]])
     run = run_policy(config, [episode], HAND)
     assert [a.tolist() for a in run.prefill.initial_selected[0][1]] == [[0, 1, 2]]  # k = (16 - 4) // 4
@@ -147,7 +147,7 @@ def test_value_fetch_counts_only_the_changed_chunks() -> None:
 
 
 def test_outlier_chunks_stay_whole_on_the_device_and_are_never_selected() -> None:
-    config = config_for("shadowkv", budget_tokens=96, extra={"outlier_chunks": 2})
+    config = config_for("shadowkv", budget_tokens=96, knobs={"outlier_chunks": 2})
     run = run_policy(config, [make_episode(SHAPE, 83, 6, seed=4)])
     layer = run.state.layers[1]
     assert layer.outliers.shape == (1, SHAPE.n_kv_heads, 2)
@@ -162,12 +162,13 @@ def test_outlier_chunks_stay_whole_on_the_device_and_are_never_selected() -> Non
 
 
 def test_knobs_are_validated() -> None:
-    with pytest.raises(RuntimeConfigError, match=r"extra\.ranks is not a shadowkv knob"):
-        make_policy(config_for("shadowkv", extra={"ranks": 4}))
-    with pytest.raises(RuntimeConfigError, match=r"extra\.rank of shadowkv must be a positive integer"):
-        make_policy(config_for("shadowkv", extra={"rank": 0}))
-    with pytest.raises(RuntimeConfigError, match=r"extra\.refactor_interval"):
-        make_policy(config_for("shadowkv", extra={"refactor_interval": 64}))  # 8 + 16 + 64 > 64
+    with pytest.raises(RuntimeConfigError, match="'ranks' is not a knob of shadowkv"):
+        make_policy(config_for("shadowkv", knobs={"ranks": 4}))
+    with pytest.raises(RuntimeConfigError, match="shadowkv knob rank must be an integer >= 1"):
+        make_policy(config_for("shadowkv", knobs={"rank": 0}))
+    with pytest.raises(RuntimeConfigError,
+                       match="shadowkv knob refactor_interval: budget_tokens=64 must hold"):
+        make_policy(config_for("shadowkv", knobs={"refactor_interval": 64}))  # 8 + 16 + 64 > 64
     with pytest.raises(RuntimeConfigError, match="prepare"):
         make_policy(config_for("shadowkv")).new_state(SHAPE, 1, torch.device("cpu"), torch.float32, None)
     policy = make_policy(RuntimeConfig(method="shadowkv"))  # the FreeKV paper's baseline setting

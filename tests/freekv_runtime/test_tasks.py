@@ -10,7 +10,7 @@ import torch
 
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.policies.full import FullPolicy
+from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks import TASKS, TaskSpec, get_task
 from freekv_runtime.tasks.fidelity import kl_divergence_nats, top1_agreement
 from freekv_runtime.tasks.passkey import NEEDLE, PasskeyTask
@@ -28,7 +28,8 @@ def loaded():
 def full_runner(loaded):
     from freekv_runtime.api import PolicyRunner
 
-    return PolicyRunner(loaded, FullPolicy(RuntimeConfig(method="full")), None, OpTimer(torch.device("cpu")))
+    dense = DensePolicy(RuntimeConfig(method="dense"))
+    return PolicyRunner(loaded, dense, None, OpTimer(torch.device("cpu")))
 
 
 def test_registry_names_and_unknown_task() -> None:

@@ -35,7 +35,7 @@ def test_trace_demand_matches_records(trace_dir: Path) -> None:
     # layer 0 was dense in the trace: a config that compresses it takes the nearest traced layer (1)
     np.testing.assert_array_equal(d.corrected[0][0][0], first.corrected[1])
     sel, mis = first.selected_counts()[1:], first.missed_counts()[1:]
-    np.testing.assert_allclose(d.miss_ratio[0][0][1:], mis / sel, rtol=1e-6)
+    np.testing.assert_allclose(d.fetch_ratio[0][0][1:], mis / sel, rtol=1e-6)
 
 
 def test_transplant_is_labelled_everywhere(trace_dir: Path) -> None:
@@ -76,7 +76,7 @@ def test_steps_cycle_and_pages_rescale(trace_dir: Path) -> None:
     assert bd.corrected_heads.shape == (45, 30)
     np.testing.assert_array_equal(bd.corrected_heads[:20], bd.corrected_heads[20:40])  # cycled
     # the target selects 32 pages per head (the trace 12): missed pages scale with the recorded ratio
-    src = d.miss_ratio[0][3, 5]
+    src = d.fetch_ratio[0][3, 5]
     corr = d.corrected[0][3, 5]
     assert bd.missed_sync[3, 5] == int(np.rint(src * 32)[corr].sum())
     assert bd.missed_bg[3, 5] == int(np.rint(src * 32)[~corr].sum())
@@ -111,7 +111,7 @@ def test_synthetic_rates_and_seed() -> None:
     d = synthetic_demand("correction=0.6,hit=0.8,steps=512,seqs=2", model="llama-3.1-8b", seed=0)
     corr = np.concatenate(d.corrected)
     assert corr.mean() == pytest.approx(0.6, abs=0.02)
-    assert 1 - np.concatenate(d.miss_ratio).mean() == pytest.approx(0.8, abs=0.02)
+    assert 1 - np.concatenate(d.fetch_ratio).mean() == pytest.approx(0.8, abs=0.02)
     assert corr.mean(axis=(0, 2)).std() > 0.02  # rates vary per layer
     again = synthetic_demand("correction=0.6,hit=0.8,steps=512,seqs=2", model="llama-3.1-8b", seed=0)
     np.testing.assert_array_equal(corr, np.concatenate(again.corrected))

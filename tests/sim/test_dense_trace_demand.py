@@ -31,14 +31,14 @@ def _cfg(method: str, **kw) -> SimConfig:
 
 @pytest.fixture()
 def dense_trace(tmp_path: Path) -> Path:
-    return make_trace(tmp_path / "full", method="full", dense_layers=ALL_LAYERS, n_steps=12, n_sequences=2)
+    return make_trace(tmp_path / "full", method="dense", dense_layers=ALL_LAYERS, n_steps=12, n_sequences=2)
 
 
 def test_dense_trace_loads_as_a_demand_without_selection(dense_trace: Path) -> None:
     d = demand_from_trace(dense_trace)
-    assert d.dense_attention and d.method == DENSE_POLICY == "full"
+    assert d.dense_attention and d.method == DENSE_POLICY == "dense"
     assert d.n_steps == (12, 12) and d.skipped_steps == (0, 0)  # every recorded step, none left out
-    for corr, ratio, sim, evict in zip(d.corrected, d.miss_ratio, d.similarity, d.evict_ratio, strict=True):
+    for corr, ratio, sim, evict in zip(d.corrected, d.fetch_ratio, d.similarity, d.evict_ratio, strict=True):
         assert corr.shape == (12, 30, 3) and not corr.any() and not ratio.any() and not evict.any()
         assert np.isnan(sim).all()
     # onto another model: the target's shape, labelled as a model transplant as any trace is
@@ -86,7 +86,7 @@ def test_demand_free_models_replay_it_as_without_a_trace(dense_trace: Path) -> N
         with_trace, without = run_simulation(cfg, d), run_simulation(cfg, None)
         np.testing.assert_array_equal(with_trace.step_latency_s, without.step_latency_s)
         assert with_trace.transplanted_method is None and with_trace.demand_label.startswith("none")
-        assert any("dense attention (method full)" in n for n in with_trace.notes)
+        assert any("dense attention (method dense)" in n for n in with_trace.notes)
 
 
 def test_dense_traces_every_layer_is_not_a_knob(dense_trace: Path) -> None:
@@ -99,7 +99,7 @@ def test_dense_traces_every_layer_is_not_a_knob(dense_trace: Path) -> None:
 
 
 def test_calibration_replays_a_dense_trace_with_the_dense_model(tmp_path: Path) -> None:
-    trace = make_trace(tmp_path / "t", method="full", dense_layers=ALL_LAYERS, timings=True,
+    trace = make_trace(tmp_path / "t", method="dense", dense_layers=ALL_LAYERS, timings=True,
                        clock="cuda_event")
     cal = calibrate(trace, "a100-40g-pcie4")
     assert cal.n_train + cal.n_test == 24 and "step_total" in cal.keys

@@ -216,14 +216,14 @@ def test_cli_method_all_runs_own_and_demand_free_methods(tmp_path: Path) -> None
 
 
 def test_cli_dense_attention_trace_replays_with_demand_free_models(tmp_path: Path, capsys) -> None:
-    """A trace of the runtime's `full` policy (every layer dense) holds no recall demand: dense replays it
+    """A trace of the runtime's `dense` policy (every layer dense) holds no recall demand: dense replays it
     (also by default), a method that needs demand is refused with exit 2, never a traceback, also with
     --transplant-method; `--method all` runs the demand-free models and says why the others did not."""
-    trace = make_trace(tmp_path / "t", method="full", dense_layers=tuple(range(get_model(MODEL).n_layers)))
+    trace = make_trace(tmp_path / "t", method="dense", dense_layers=tuple(range(get_model(MODEL).n_layers)))
     for extra in (["--method", "dense"], []):
         out = _cli([str(trace), *SIM_ARGS, *extra, "--json"])
         assert out["method"] == "dense"
-        assert any("dense attention (method full)" in n for n in out["notes"])
+        assert any("dense attention (method dense)" in n for n in out["notes"])
     for extra in ([], ["--transplant-method"]):
         rc = main(["sim", str(trace), *SIM_ARGS, "--method", "freekv", *extra])
         err = capsys.readouterr().err

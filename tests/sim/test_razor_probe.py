@@ -120,8 +120,8 @@ def test_transplant_maps_the_shares_per_layer(tmp_path: Path) -> None:
 
 
 def test_measured_fields_are_not_user_options() -> None:
-    with pytest.raises(SimInputError, match="unknown method_options \\['measured_per_layer'\\]; valid: "
-                                            "retrieval_fraction$"):
+    with pytest.raises(SimInputError, match="'measured_per_layer' is not a knob of razorattention; "
+                                            "valid knobs: .*retrieval_fraction"):
         get_method(_cfg(method_options={"measured_per_layer": [0.5] * L}))
 
 

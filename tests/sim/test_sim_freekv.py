@@ -83,7 +83,9 @@ def test_dense_layers_attend_everything(demand) -> None:
 def test_method_options_are_checked() -> None:
     with pytest.raises(SimInputError, match="staging_pages"):
         get_method(_cfg(method_options={"bogus": 1}))
-    assert get_method(_cfg(method_options={"staging_pages": 8})).staging_pages == 8
+    assert get_method(_cfg(method_options={"staging_pages": 8})).knobs.staging_pages == 8
+    with pytest.raises(SimInputError, match="tau is a runtime knob .* of freekv, not read by the simulator"):
+        get_method(_cfg(method_options={"tau": 0.8}))
     with pytest.raises(SimInputError, match="unknown method"):
         get_method(_cfg(method="nope"))
 

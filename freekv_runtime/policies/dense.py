@@ -1,4 +1,4 @@
-"""Full (dense) attention: every layer attends the whole KV cache. The accuracy reference of every study.
+"""Dense attention: every layer attends the whole KV cache. The accuracy reference of every study.
 
 The cache is one preallocated buffer pair per layer, (b, Hkv, capacity, d), grown to a quarter more than
 it must hold, in whole `chunk_tokens` (amortised: no reallocation per step, O(1) copies per token).
@@ -26,7 +26,7 @@ from freekv_runtime.policies.base import (
 )
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["FullPolicy", "FullState", "DenseKVCache"]
+__all__ = ["DensePolicy", "DenseState", "DenseKVCache"]
 
 _EMPTY_PAGES = np.zeros(0, dtype=np.int32)
 
@@ -75,7 +75,7 @@ class DenseKVCache:
         self.values[layer][:, :, :n_old] = old_v
 
 
-class FullState(PolicyState):
+class DenseState(PolicyState):
     """Dense attention over the whole cache for a batch of equal-length sequences."""
 
     def __init__(
@@ -122,13 +122,11 @@ class FullState(PolicyState):
         )
 
 
-class FullPolicy(KVPolicy):
-    """Dense attention in every layer (budget, page and tau settings are ignored)."""
-
-    name = "full"
+class DensePolicy(KVPolicy):
+    """Dense attention in every layer (the retrieval knobs are ignored)."""
 
     def new_state(
         self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
         timer: OpTimer,
-    ) -> FullState:
-        return FullState(shape, batch_size, device, dtype, timer, self.config.measure_attention_mass)
+    ) -> DenseState:
+        return DenseState(shape, batch_size, device, dtype, timer, self.config.measure_attention_mass)

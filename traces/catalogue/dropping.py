@@ -1,0 +1,89 @@
+"""Dropping methods: a token a head evicts is gone for good; everything kept lives on the GPU.
+
+StreamingLLM (sink + recent), H2O (accumulated attention), SnapKV (prompt votes at prefill), RaaS
+(page timestamps) and RazorAttention (retrieval heads keep everything, the others sink + window + one
+compensation token). Their simulator models share `group_consistent`: one kept set per KV head (the
+runtime policies' choice) or one per query head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traces.catalogue.entry import MethodEntry
+from traces.catalogue.knobs import MethodKnobs, knob
+
+__all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
+           "RazorAttentionKnobs"]
+
+_GROUP_DOC = ("simulator: one kept set per KV head (the runtime policy's choice) instead of one per query "
+              "head (G times the memory and attention traffic of a GQA group)")
+
+
+@dataclass(frozen=True)
+class DroppingKnobs(MethodKnobs):
+    group_consistent: bool = knob(True, _GROUP_DOC, side="simulator")
+
+
+@dataclass(frozen=True)
+class StreamingLLMKnobs(DroppingKnobs):
+    """StreamingLLM: the budget is sink + recent tokens; nothing else to choose."""
+
+
+@dataclass(frozen=True)
+class H2OKnobs(DroppingKnobs):
+    """H2O: heavy hitters = budget - sink - window tokens of highest accumulated attention."""
+
+
+@dataclass(frozen=True)
+class SnapKVKnobs(DroppingKnobs):
+    observation_tokens: int = knob(64, "prompt queries that vote (SnapKV's window_size)", side="both", low=1)
+    kernel_size: int = knob(5, "tokens pooled around each vote (SnapKV's kernel_size)", low=1, odd=True)
+    pooling: str = knob("avg", "pooling of the votes along the tokens", choices=("avg", "max"))
+
+
+@dataclass(frozen=True)
+class RaaSKnobs(DroppingKnobs):
+    alpha: float = knob(0.01, "attention mass that marks a page as important (estimate: no value in the code "
+                        "read)", low=0.0, high=1.0, low_open=True, high_open=True)
+    group: str = knob("max", "pooling of a page's importance over the group's query heads (max: the FreeKV "
+                      "paper's setup; mean: its harness)", choices=("max", "mean"))
+
+
+@dataclass(frozen=True)
+class RazorAttentionKnobs(MethodKnobs):
+    induction_fraction: float = knob(0.14, "share of query heads kept as induction (retrieval) heads",
+                                     low=0.0, high=1.0)
+    echo_fraction: float = knob(0.01, "share of query heads kept as echo (retrieval) heads",
+                                low=0.0, high=1.0)
+    probe_tokens: int = knob(256, "the probe's random segment length", low=2)
+    probe_repeats: int = knob(4, "times the probe segment is repeated", low=2)
+    probe_seed: int = knob(0, "seed of the probe tokens", low=0)
+    compensation: str = knob("count", "the compensation token in the softmax: weighted by the tokens it "
+                             "stands for (count), as one token (single), or dropped (none)",
+                             choices=("count", "single", "none"))
+    retrieval_fraction: float | None = knob(
+        None, "simulator: share of KV heads kept whole; null: the trace's measured probe, else the paper's "
+        "0.15", side="simulator", kind=float, low=0.0, high=1.0)
+
+
+_DROP, _M = "freekv_runtime.policies.", "sim.methods."
+ENTRIES = (
+    MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
+                policy=_DROP + "streamingllm:StreamingLLMPolicy", model=_M + "streamingllm:StreamingLLM",
+                source="Xiao et al., StreamingLLM (ICLR 2024, arXiv 2309.17453); mit-han-lab/streaming-llm"),
+    MethodEntry("h2o", "dropping", "heavy hitters by accumulated attention + recent tokens", H2OKnobs,
+                policy=_DROP + "h2o:H2OPolicy", model=_M + "h2o:H2O",
+                source="Zhang et al., H2O (NeurIPS 2023, arXiv 2306.14048); FMInference/H2O"),
+    MethodEntry("snapkv", "dropping", "prompt tokens voted once at prefill by the last prompt queries",
+                SnapKVKnobs, policy=_DROP + "snapkv:SnapKVPolicy", model=_M + "snapkv:SnapKV",
+                source="Li et al., SnapKV (NeurIPS 2024, arXiv 2404.14469); FasterDecoding/SnapKV"),
+    MethodEntry("raas", "dropping", "pages stamped when important, the stalest dropped", RaaSKnobs,
+                policy=_DROP + "raas:RaaSPolicy", model=_M + "raas:RaaS",
+                source="Hu et al., RaaS (arXiv 2502.11147); rooikeee/FreeKV accuracy harness"),
+    MethodEntry("razorattention", "dropping", "retrieval heads keep all, others sink + window + a "
+                "compensation token", RazorAttentionKnobs,
+                policy=_DROP + "razorattention:RazorAttentionPolicy",
+                model=_M + "razorattention:RazorAttention",
+                source="Tang et al., RazorAttention (ICLR 2025, arXiv 2407.15891); no public code"),
+)

@@ -1,0 +1,166 @@
+"""Retrieval methods: the whole KV stays reachable on the host, a budget of it is attended each step.
+
+FreeKV (and its simulator-only ablations), Quest and ArkVale select pages from per-page key summaries;
+ShadowKV keeps low-rank keys on the device and fetches values of selected chunks; InfiniGen speculates
+the next layer's tokens from partial projections. Knob docs cite the public code; each policy's and
+model's docstring has the full account.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from traces.catalogue.entry import MethodEntry
+from traces.catalogue.knobs import KnobError, MethodKnobs, knob
+
+__all__ = ["ENTRIES", "GROUP_POOLINGS", "PAGE_SUMMARIES", "PageRetrievalKnobs", "FreeKVKnobs", "QuestKnobs",
+           "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs"]
+
+# kernels.page_scores.POOLINGS / kernels.summarize_pages.SUMMARIES (tests check they agree)
+GROUP_POOLINGS = ("softmax_mean", "softmax_scaled_mean", "mean", "max")
+PAGE_SUMMARIES = ("minmax", "box")
+_POOLING_DOC = ("how a GQA group's page scores are pooled: softmax_mean (FreeKV's accuracy harness, avgSM), "
+                "softmax_scaled_mean (1/sqrt(d) inside the softmax), mean (raw scores: FreeKV's runtime, "
+                "ArkVale), max (the FreeKV paper's Quest baseline)")
+_SUMMARY_DOC = ("per-page key summary: minmax (Quest, FreeKV's harness) or box (centre +- mean radius: "
+                "ArkVale)")
+
+
+@dataclass(frozen=True)
+class PageRetrievalKnobs(MethodKnobs):
+    """Knobs of the page-retrieval mechanism FreeKV, Quest and ArkVale share (paged store, recall)."""
+
+    group_pooling: str = knob("softmax_mean", _POOLING_DOC, choices=GROUP_POOLINGS)
+    page_summary: str = knob("minmax", _SUMMARY_DOC, choices=PAGE_SUMMARIES)
+    staging_pages: int = knob(
+        0, "head-pages per recall staging buffer (two buffers per recall stream); 0: one head's selected "
+        "pages, the simulator's model choice, so the runtime runs what the simulator prices", side="both",
+        low=0)
+    pool_chunk_pages: int = knob(64, "host KV pool growth step, pages", low=1)
+
+
+@dataclass(frozen=True)
+class FreeKVKnobs(PageRetrievalKnobs):
+    tau: float = knob(0.9, "correction threshold: a KV head whose group-mean cos(q_t, q_t-1) < tau is "
+                      "selected and recalled synchronously (paper: 0.8 long input, 0.9 long generation; 1 "
+                      "corrects every head whose query moved, -1 none)", low=-1.0, high=1.0)
+
+
+@dataclass(frozen=True)
+class QuestKnobs(PageRetrievalKnobs):
+    group_pooling: str = knob("max", _POOLING_DOC + "; Quest's own harness selects per query head",
+                              choices=GROUP_POOLINGS)
+    group_consistent: bool = knob(False, "simulator: one page set per KV head (the FreeKV paper's Quest "
+                                  "baseline) instead of per query head (Quest's code)", side="simulator")
+    offload: bool = knob(False, "simulator: the KV of sparse layers on the host, selected pages recalled "
+                         "(not in Quest's code, which keeps all KV on the GPU)", side="simulator")
+
+
+@dataclass(frozen=True)
+class ArkValeKnobs(PageRetrievalKnobs):
+    group_pooling: str = knob("mean", _POOLING_DOC, choices=GROUP_POOLINGS)
+    page_summary: str = knob("box", _SUMMARY_DOC, choices=PAGE_SUMMARIES)
+    top_pages: int | None = knob(None, "candidate pages made resident per step, 1..selected pages; null: "
+                                 "selected pages // 2 (ArkVale's page_topks = budget // 2, "
+                                 "infer_state.py:64)",
+                                 kind=int, low=1)
+    selection_groups: int = knob(1, "groups of KV heads sharing one selection (a divisor of the model's KV "
+                                 "heads; ArkVale's n_groups, default 1: one selection per layer)", low=1)
+    group_heads: int = knob(1, "simulator: KV heads per recall group (1: the FreeKV paper's ArkVale "
+                            "baseline; the model's KV heads: ArkVale's own one page set)", side="simulator",
+                            low=1)
+    issue_overhead_s: float = knob(0.0, "simulator: host seconds per recall copy beyond the driver's cost "
+                                   "(ideal mode)", side="simulator", low=0.0)
+
+    def check_retrieval(self, retrieval: Any) -> str | None:
+        slots = retrieval.selected_pages
+        if self.top_pages is not None and self.top_pages > slots:
+            return (f"top_pages must be an integer in 1..{slots} (the budget's selected-page slots), "
+                    f"got {self.top_pages}")
+        return None
+
+
+@dataclass(frozen=True)
+class ShadowKVKnobs(MethodKnobs):
+    rank: int = knob(160, "SVD rank of the pre-RoPE keys (ShadowKV's 160 for d = 128 models), capped at the "
+                     "matrix rank", side="both", low=1)
+    outlier_chunks: int | None = knob(None, "outlier chunks per KV head; null: 3/16 of the selectable tokens "
+                                      "in chunks (ShadowKV_CPU's share, kv_cache.py:398)", kind=int, low=0)
+    refactor_interval: int | None = knob(None, "decode steps between re-factorisations; null: window_tokens "
+                                         "(the FreeKV paper's baseline)", kind=int, low=1)
+    chunk_tokens: int = knob(8, "simulator: tokens per landmark chunk (ShadowKV's chunk_size)",
+                             side="simulator", low=1)
+    svd_interval_tokens: int = knob(0, "simulator: generated tokens between SVDs (0: never)",
+                                    side="simulator", low=0)
+    svd_every_window: bool = knob(False, "simulator: re-run the SVD every window of generated tokens (the "
+                                  "FreeKV paper's setting)", side="simulator")
+    svd_flops_fraction: float = knob(0.01, "simulator: share of FP16 peak the SVD reaches (estimate)",
+                                     side="simulator", low=0.0, high=1.0, low_open=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.svd_every_window and self.svd_interval_tokens:
+            raise KnobError("svd_every_window and svd_interval_tokens exclude each other: give one")
+
+    def check_retrieval(self, retrieval: Any) -> str | None:
+        r = retrieval
+        interval = self.refactor_interval or r.window_tokens
+        exact_max = r.sink_tokens + r.window_tokens + max(interval, r.page_size)
+        if exact_max > r.budget_tokens:
+            return (f"refactor_interval: budget_tokens={r.budget_tokens} must hold sink + window + "
+                    f"max(refactor_interval, page_size) = {exact_max} exact tokens (the recent window grows "
+                    f"between re-factorisations); lower refactor_interval or raise budget_tokens")
+        return None
+
+
+@dataclass(frozen=True)
+class InfiniGenKnobs(MethodKnobs):
+    partial_ratio: float = knob(0.2, "share of a head's skewed query/key columns used for speculation",
+                                side="both", low=0.0, high=1.0, low_open=True)
+    alpha: float = knob(5.0, "logit margin below the maximum that selects a token", low=0.0, low_open=True)
+    calib_tokens: int = knob(512, "calibration prompt tokens (the skew matrices)", low=16)
+    calib_seed: int = knob(0, "calibration prompt seed", low=0)
+    gather: str = knob("cpu", "simulator: the host gathers speculated tokens into a pinned buffer (cpu, "
+                       "InfiniGen's code) or the copy engine gathers scattered rows (dma)", side="simulator",
+                       choices=("cpu", "dma"))
+    cpu_gather_fraction: float = knob(0.3, "simulator: share of host DRAM bandwidth the CPU gather reaches "
+                                      "(estimate)", side="simulator", low=0.0, high=1.0, low_open=True)
+    run_bytes: int = knob(0, "simulator: bytes per contiguous run of a DMA gather (0: one token's K or V "
+                          "of one head)", side="simulator", low=0)
+
+
+_FREEKV = "Liu et al., FreeKV (ICLR 2026, arXiv 2505.13109); rooikeee/FreeKV"
+_P, _M = "freekv_runtime.policies.", "sim.methods."
+
+ENTRIES = (
+    MethodEntry("freekv", "retrieval", "speculative page retrieval + fine-grained correction, hybrid "
+                "layouts, double-buffered recall", FreeKVKnobs,
+                policy=_P + "freekv:FreeKVPolicy", model=_M + "freekv:FreeKV",
+                bare_param_names=True, source=_FREEKV),
+    MethodEntry("freekv-nohl", "retrieval", "FreeKV without hybrid layouts (NHD fragmented recall)",
+                FreeKVKnobs, model=_M + "freekv:FreeKVNoHybridLayout", trace_of="freekv",
+                source=_FREEKV + " (ablation)"),
+    MethodEntry("freekv-nodb", "retrieval", "FreeKV without double-buffered streamed recall", FreeKVKnobs,
+                model=_M + "freekv:FreeKVNoDoubleBuffer", trace_of="freekv", source=_FREEKV + " (ablation)"),
+    MethodEntry("freekv-nosr", "retrieval", "FreeKV without speculative retrieval", FreeKVKnobs,
+                model=_M + "freekv:FreeKVNoSpeculation", trace_of="freekv", source=_FREEKV + " (ablation)"),
+    MethodEntry("freekv-base", "retrieval", "page retrieval without hybrid layouts, double buffering or "
+                "speculation (the ablation's start)", FreeKVKnobs, model=_M + "freekv:FreeKVBase",
+                trace_of="freekv", source=_FREEKV + " (ablation)"),
+    MethodEntry("quest", "retrieval", "min/max page scores with the current query every step, top-k pages",
+                QuestKnobs, policy=_P + "quest:QuestPolicy", model=_M + "quest:Quest",
+                source="Tang et al., Quest (ICML 2024, arXiv 2406.10774); mit-han-lab/Quest"),
+    MethodEntry("arkvale", "retrieval", "page digests scored every step, a GPU page cache, blocking recall "
+                "of misses", ArkValeKnobs, policy=_P + "arkvale:ArkValePolicy",
+                model=_M + "arkvale:ArkVale",
+                source="Chen et al., ArkVale (NeurIPS 2024); pku-liang/ArkVale"),
+    MethodEntry("shadowkv", "retrieval", "low-rank pre-RoPE keys on the GPU, values of selected chunks "
+                "fetched from the host", ShadowKVKnobs, policy=_P + "shadowkv:ShadowKVPolicy",
+                model=_M + "shadowkv:ShadowKV", moved_parts=("V",),
+                source="Sun et al., ShadowKV (ICML 2025, arXiv 2410.21465); bytedance/ShadowKV"),
+    MethodEntry("infinigen", "retrieval", "next layer's tokens speculated from partial projections and "
+                "prefetched from the host", InfiniGenKnobs,
+                policy=_P + "infinigen:InfiniGenPolicy", model=_M + "infinigen:InfiniGen",
+                source="Lee et al., InfiniGen (OSDI 2024); snu-comparch/InfiniGen"),
+)
