@@ -133,46 +133,47 @@ def replay(
     study: Study, trace_dir: str, knobs: TrialConfig | None
 ) -> tuple[dict[str, dict[str, dict]], list[dict]]:
     """Simulate the trace on every (replayed model, hardware profile) at the study's workload
-    (batch_sizes[0]), and the capacity grid on the target model. Returns (sim_models, sim_grid)."""
-    from sim import SimConfig, demand_from_trace, run_simulation
-
-    method = DENSE if knobs is None else knobs.method
-    knob_args: dict[str, Any] = {}
-    if knobs is not None:
-        knob_args = dict(
-            page_size=knobs.page_size, budget_tokens=knobs.budget_tokens, sink_tokens=knobs.sink_tokens,
-            window_tokens=knobs.window_tokens, method_options=knobs.knob_values("simulator"),
-        )
+    (batch_sizes[0]), and the capacity grid on the target model, through the replay service
+    (sim.replay) with the trial's knobs and the recorded corrections. knobs None: dense attention, which
+    prices no demand. Returns (sim_models, sim_grid)."""
     w = study.workload
-
-    def simulate(model: str, demand: Any, hardware: str, batch: int, input_tokens: int) -> dict:
-        cfg = SimConfig(
-            model=model, hardware=hardware, method=method, batch_size=batch,
-            input_tokens=input_tokens, output_tokens=w.output_tokens, tau=None,
-            dense_layers=tuple(study.search.dense_layers), implementation=study.implementation,
-            software=study.software, **knob_args,
-        )
-        return run_simulation(cfg, demand, seed=study.seed).to_dict()
-
     sim_models: dict[str, dict[str, dict]] = {}
     sim_grid: list[dict] = []
     for model in study.replay_models:
-        # dense attention needs no recall demand (the simulator's dense method costs none)
-        demand = None if knobs is None else demand_from_trace(trace_dir, target_model=model)
-        sim_models[model] = {
-            hw: simulate(model, demand, hw, w.batch_sizes[0], w.input_tokens) for hw in study.hardware
-        }
+        first = _replayed(study, trace_dir, knobs, model, (w.batch_sizes[0],), w.input_tokens)
+        sim_models[model] = {cell.hardware: result for cell, result in first}
         if model != study.replay_models[0] or (len(w.batch_sizes) < 2 and not w.context_lengths):
             continue
-        for hw in study.hardware:
-            for batch in w.batch_sizes:
-                for input_tokens in w.context_lengths or [w.input_tokens]:
-                    sim_grid.append({
-                        "hardware": hw, "model": model, "batch_size": batch, "input_tokens": input_tokens,
-                        "output_tokens": w.output_tokens,
-                        "result": simulate(model, demand, hw, batch, input_tokens),
-                    })
+        for input_tokens in w.context_lengths or [w.input_tokens]:
+            for cell, result in _replayed(study, trace_dir, knobs, model, tuple(w.batch_sizes), input_tokens):
+                sim_grid.append({
+                    "hardware": cell.hardware, "model": model, "batch_size": cell.batch,
+                    "input_tokens": input_tokens, "output_tokens": w.output_tokens, "result": result,
+                })
+    sim_grid.sort(key=lambda g: (study.hardware.index(g["hardware"]), w.batch_sizes.index(g["batch_size"]),
+                                 (w.context_lengths or [w.input_tokens]).index(g["input_tokens"])))
     return sim_models, sim_grid
+
+
+def _replayed(study: Study, trace_dir: str, knobs: TrialConfig | None, model: str, batches: tuple[int, ...],
+              input_tokens: int) -> list[tuple[Any, dict]]:
+    """(cell, SimResult.to_dict()) of every hardware profile and batch for `model` at `input_tokens`."""
+    from sim import run_simulation
+    from sim.replay import DemandSource, Question, answer
+
+    given: dict[str, Any] = {"dense_layers": tuple(study.search.dense_layers)}
+    if knobs is not None:
+        given.update(page_size=knobs.page_size, budget_tokens=knobs.budget_tokens,
+                     sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens)
+    ans = answer(Question(
+        model=model, hardware=tuple(study.hardware), methods=(DENSE if knobs is None else knobs.method,),
+        demand=DemandSource() if knobs is None else DemandSource(trace=trace_dir),
+        input_tokens=input_tokens, output_tokens=study.workload.output_tokens, batches=batches, knobs=given,
+        method_options={} if knobs is None else knobs.knob_values("simulator"),
+        implementations=(study.implementation,), software=study.software, trace_knobs=False,
+        model_positions=False, seed=study.seed,
+    ))
+    return [(cell, run_simulation(cell.config, cell.demand, seed=study.seed).to_dict()) for cell in ans.cells]
 
 
 def evaluate(study: Study, knobs: TrialConfig | None, out_dir: Path, progress: Any = None) -> Evaluation:

@@ -20,9 +20,14 @@ __all__ = ["SimConfig", "IMPLEMENTATIONS"]
 IMPLEMENTATIONS = ("as-published", "ideal")
 
 
+def _refused(name: str, detail: str) -> SimInputError:
+    """The error for SimConfig field `name` (SimInputError.field / detail, for front ends' wording)."""
+    return SimInputError(f"SimConfig.{name} {detail}", field=name, detail=detail)
+
+
 def _positive_int(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SimInputError(f"SimConfig.{name} must be a positive integer, got {value!r}")
+        raise _refused(name, f"must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,22 +78,14 @@ class SimConfig(RetrievalKnobs):
             _positive_int(name, getattr(self, name))
         super().__post_init__()
         if self.tau is not None and not (-1.0 <= float(self.tau) <= 1.0):
-            raise SimInputError(
-                f"SimConfig.tau must be None or a cosine threshold in [-1, 1], got {self.tau}"
-            )
+            raise _refused("tau", f"must be None or a cosine threshold in [-1, 1], got {self.tau}")
         if self.implementation not in IMPLEMENTATIONS:
-            raise SimInputError(
-                f"SimConfig.implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
-                f"got {self.implementation!r}"
-            )
+            raise _refused("implementation", f"must be one of {', '.join(IMPLEMENTATIONS)}, "
+                                             f"got {self.implementation!r}")
         if not isinstance(self.software, str) or not self.software.strip():
-            raise SimInputError(
-                f"SimConfig.software must be a software profile name or path, got {self.software!r}"
-            )
+            raise _refused("software", f"must be a software profile name or path, got {self.software!r}")
         if not isinstance(self.transplant_method, bool):
-            raise SimInputError(
-                f"SimConfig.transplant_method must be true or false, got {self.transplant_method!r}"
-            )
+            raise _refused("transplant_method", f"must be true or false, got {self.transplant_method!r}")
 
     @property
     def max_context_tokens(self) -> int:

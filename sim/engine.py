@@ -23,7 +23,7 @@ from sim.hardware import HardwareProfile, load_profile
 from sim.memory import MemoryFit, memory_fit
 from sim.methods import get_method
 from sim.methods.base import CostContext, Kernel, Method, OpSpec, Transfer, Work
-from sim.replay_rules import check_replay, method_transplant, own_demand_methods
+from sim.replay.rules import check_replay, method_transplant, own_demand_methods
 from sim.result import SimResult, oom_message
 from sim.schedule import normalise_template, run_schedule, validate_template
 from sim.software import SoftwareProfile, load_software

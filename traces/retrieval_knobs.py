@@ -91,15 +91,23 @@ class RetrievalKnobs:
     _knob_prefix: ClassVar[str] = ""
     _knob_error: ClassVar[type[ValueError]] = RetrievalKnobsError
 
+    def _refuse(self, name: str, why: str) -> ValueError:
+        """The holder's error for knob `name`: "<prefix><name> <why>"; an error class that takes them also
+        gets `field` and `detail` (sim.errors.SimInputError)."""
+        message = f"{self._knob_prefix}{name} {why}"
+        try:
+            return self._knob_error(message, field=name, detail=why)  # type: ignore[call-arg]
+        except TypeError:
+            return self._knob_error(message)
+
     def __post_init__(self) -> None:
         bad = convention_violation(self.page_size, self.budget_tokens, self.sink_tokens, self.window_tokens)
         if bad is not None:
-            raise self._knob_error(f"{self._knob_prefix}{bad[0]} {bad[1]}")
+            raise self._refuse(*bad)
         layers = self.dense_layers
         if not isinstance(layers, (tuple, list, range)) or not all(
                 isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in layers):
-            raise self._knob_error(
-                f"{self._knob_prefix}dense_layers must be layer indices >= 0, got {layers!r}")
+            raise self._refuse("dense_layers", f"must be layer indices >= 0, got {layers!r}")
         object.__setattr__(self, "dense_layers", tuple(sorted({int(x) for x in layers})))
 
     # ---- what the convention implies ----

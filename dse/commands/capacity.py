@@ -3,7 +3,7 @@
     dse capacity --model M --hardware P1,P2 --method freekv,dense,quest --input-tokens I
                  --output-tokens O --slo-ms X [--slo-stat mean|p99] [--demand TRACE|SPEC|preset:NAME]
                  [--implementation as-published|ideal] [--transplant-method] [--prices FILE] [--csv FILE]
-                 [--json FILE]
+                 [--json FILE] [--page-size ... --dense-layers ...] [--set FIELD=VALUE] [--option KEY=VALUE]
 
 The search, the step sampling and the "what binds" rule are sim.capacity's (its docstring). Never imports
 torch.
@@ -19,7 +19,14 @@ from typing import Any
 
 import click
 
-from dse.commands.demand_option import DEMAND_HELP, implementation_option, transplant_option
+from dse.commands.replay_options import (
+    FLAGS,
+    demand_option,
+    implementation_option,
+    replay_knob_options,
+    transplant_option,
+    what_if_options,
+)
 
 __all__ = ["command", "load_prices"]
 
@@ -70,20 +77,12 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _split(text: str, flag: str) -> list[str]:
-    from sim.errors import SimInputError
-
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise SimInputError(f"{flag} needs at least one comma-separated name, got {text!r}")
-    return items
-
-
 @click.command(name="capacity")
 @click.option("--model", required=True, help="target model (registry name)")
 @click.option("--hardware", required=True, help="comma-separated hardware profiles (dse hardware list)")
 @click.option(
-    "--method", "methods", default="freekv,dense", show_default=True, help="comma-separated methods"
+    "--method", "methods", default="freekv,dense", show_default=True,
+    help="comma-separated methods with a simulator model (`dse methods`)",
 )
 @click.option("--input-tokens", required=True, type=click.IntRange(min=1))
 @click.option("--output-tokens", required=True, type=click.IntRange(min=1))
@@ -94,14 +93,10 @@ def _split(text: str, flag: str) -> list[str]:
     help="per-token (per decode step) latency SLO, milliseconds",
 )
 @click.option("--slo-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
-@click.option("--demand", default=None, help=DEMAND_HELP)
+@demand_option
 @implementation_option
-@click.option("--software", default=None, help="software profile [pytorch2-cuda12]")
-@click.option("--budget-tokens", type=click.IntRange(min=1), help="[the trace's, else 2048]")
-@click.option("--page-size", type=click.IntRange(min=1), help="[the trace's, else 32]")
-@click.option("--sink-tokens", type=click.IntRange(min=0), help="[the trace's, else 512]")
-@click.option("--window-tokens", type=click.IntRange(min=0), help="[the trace's, else 512]")
-@click.option("--dense-layers", help="layers kept dense [the trace's, else 0, as the runtime]")
+@replay_knob_options
+@what_if_options
 @click.option(
     "--prices",
     type=click.Path(path_type=Path),
@@ -111,126 +106,88 @@ def _split(text: str, flag: str) -> list[str]:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the answer as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
 @transplant_option
-def command(
-    model: str,
-    hardware: str,
-    methods: str,
-    input_tokens: int,
-    output_tokens: int,
-    slo_ms: float,
-    slo_stat: str,
-    demand: str | None,
-    implementation: str,
-    software: str | None,
-    budget_tokens: int | None,
-    page_size: int | None,
-    sink_tokens: int | None,
-    window_tokens: int | None,
-    dense_layers: str | None,
-    prices: Path | None,
-    csv_path: Path | None,
-    json_path: Path | None,
-    seed: int,
-    transplant_method: bool,
-) -> None:
+def command(model: str, hardware: str, methods: str, input_tokens: int, output_tokens: int, slo_ms: float,
+            slo_stat: str, demand: str | None, implementation: str, page_size: int | None,
+            budget_tokens: int | None, sink_tokens: int | None, window_tokens: int | None,
+            dense_layers: str | None, overrides: tuple[str, ...], options: tuple[str, ...],
+            software: str | None, prices: Path | None, csv_path: Path | None, json_path: Path | None,
+            seed: int, transplant_method: bool) -> None:
     """Per hardware profile and method: the largest batch whose per-token latency meets --slo-ms at the
     final context (input + output), its tokens/s, GPU and host memory, and what binds.
 
     Each method replays traces of its own runtime policy only; --transplant-method prices another
     policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
     demand; the others are refused (exit 2)."""
-    from dse.commands import sim_inputs
-    from dse.commands.demand_option import check_replayable, demand_use, resolve_demand
+    from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.paths import check_output_file
-    from sim.capacity import capacity
-    from sim.methods import method_class
-    from traces.models import get_model
+    from sim.replay import DemandSource, Question, answer
 
     for path, flag in ((csv_path, "--csv"), (json_path, "--json")):
         if path is not None:
             check_output_file(path, flag)
     price = load_prices(prices)
-    profiles, names = _split(hardware, "--hardware"), _split(methods, "--method")
-    for name in names:
-        method_class(name)  # unknown method: a clear error before any simulation
-    sim_inputs.check_max_positions(model, input_tokens, output_tokens)
-    choice = resolve_demand(demand, model, seed)
-    check_replayable(names, choice.demand, transplant_method)
-    given = dict(
-        page_size=page_size,
-        budget_tokens=budget_tokens,
-        sink_tokens=sink_tokens,
-        window_tokens=window_tokens,
-        tau=None,
-        dense_layers=sim_inputs.parse_dense_layers(dense_layers),
-    )
-    knobs = sim_inputs.resolve_knobs(given, choice.runtime, get_model(model).n_layers)
-    rows, notes = [], list(knobs.notes)
-    sampling_label = ""
-    for hw in profiles:
-        for name in names:
-            cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
-                                             knobs.values, software, transplant_method)
-            used, moved = demand_use(cfg, choice.demand)
-            ends = {"central": choice.demand}
-            if used:
-                ends.update(choice.ends)
-            for end, dem in ends.items():
-                ans = capacity(cfg, dem if used else None, slo_ms / 1e3, slo_stat, seed)
-                sampling_label = ans.sampling.label() if ans.sampling else sampling_label
-                row = {
-                    "hardware": hw,
-                    "method": name,
-                    "demand_end": end if used else "n/a (no demand)",
-                    **ans.to_dict(),
-                    "transplanted_method": choice.demand.method if moved else None,
-                }
-                hourly = price.get(hw, {}).get("price_per_hour_usd")
-                tps = row["tokens_per_s"]
-                row["tokens_per_s_per_usd_hour"] = tps / hourly if hourly and tps else None
-                rows.append(row)
-            for note in ([moved] if moved else []) + _replay_notes(cfg, choice.demand if used else None):
-                if note not in notes:
-                    notes.append(note)
-    payload = {
+    ans = answer(Question(
+        model=model, hardware=split_names(hardware, "--hardware"), demand=DemandSource.from_text(demand),
+        methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
+        knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers),
+        implementations=(implementation,), software=software, transplant_method=transplant_method,
+        demand_ends=True, seed=seed, names=FLAGS, **what_ifs(overrides, options),
+    ))
+    rows, sampling_label = _rows(ans, slo_ms, slo_stat, seed, price)
+    payload = _payload(ans, rows, sampling_label, price, slo_ms, slo_stat)
+    _write(payload, rows, json_path, csv_path)
+    _print(payload, bool(price))
+
+
+def _rows(ans: Any, slo_ms: float, slo_stat: str, seed: int,
+          price: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """One row per answer cell (profile, method, demand end): the capacity search's answer."""
+    from sim.capacity import capacity
+
+    rows, sampling_label = [], ""
+    for cell in ans.cells:
+        found = capacity(cell.config, cell.priced_demand, slo_ms / 1e3, slo_stat, seed)
+        sampling_label = found.sampling.label() if found.sampling else sampling_label
+        row = {"hardware": cell.hardware, "method": cell.method, "demand_end": cell.demand_end,
+               **found.to_dict(),
+               "transplanted_method": ans.demand.demand.method if cell.transplant else None}
+        hourly = price.get(cell.hardware, {}).get("price_per_hour_usd")
+        tps = row["tokens_per_s"]
+        row["tokens_per_s_per_usd_hour"] = tps / hourly if hourly and tps else None
+        rows.append(row)
+    return rows, sampling_label
+
+
+def _payload(ans: Any, rows: list[dict], sampling_label: str, price: dict, slo_ms: float,
+             slo_stat: str) -> dict[str, Any]:
+    q = ans.question
+    return {
         "question": {
-            "model": model,
-            "hardware": profiles,
-            "methods": names,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "slo_ms": slo_ms,
-            "slo_stat": slo_stat,
-            "implementation": implementation,
-            "transplant_method": transplant_method,
-            "knobs": knobs.to_dict()["values"],
+            "model": q.model, "hardware": list(q.hardware), "methods": list(ans.methods),
+            "input_tokens": q.input_tokens, "output_tokens": q.output_tokens, "slo_ms": slo_ms,
+            "slo_stat": slo_stat, "implementation": q.implementations[0],
+            "transplant_method": q.transplant_method, "knobs": ans.knobs.to_dict()["values"],
         },
-        "demand": {"label": choice.label, "provenance": choice.provenance},
+        "demand": {"label": ans.demand.label, "provenance": ans.demand.provenance},
         "step_sampling": sampling_label,
         "binds_rule": "sim/capacity.py docstring",
         "prices": price,
         "rows": rows,
-        "notes": notes,
+        "notes": ans.table_notes(),
     }
-    if json_path is not None:
-        from dse.paths import write_text
 
+
+def _write(payload: dict, rows: list[dict], json_path: Path | None, csv_path: Path | None) -> None:
+    from dse.paths import write_text
+
+    if json_path is not None:
         write_text(json_path, json.dumps(payload, indent=2, default=float), "--json")
     if csv_path is not None:
-        from dse.paths import write_text
-
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=_CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         write_text(csv_path, buf.getvalue(), "--csv")
-    _print(payload, bool(price))
-
-
-def _replay_notes(cfg: Any, demand: Any) -> list[str]:
-    from sim.demand import replay_notes
-
-    return replay_notes(demand, cfg) if demand is not None else []
 
 
 def _fmt(x: Any, spec: str) -> str:
@@ -240,10 +197,10 @@ def _fmt(x: Any, spec: str) -> str:
 def _print(payload: dict, priced: bool) -> None:
     from rich.table import Table
 
-    from dse.commands.sim import _console
+    from dse.commands.sim_render import console as make_console
 
     q = payload["question"]
-    console = _console()
+    console = make_console()
     console.print(
         f"[bold]{q['model']}[/], {q['input_tokens']} input + {q['output_tokens']} output tokens, per-token "
         f"{q['slo_stat']} latency <= {q['slo_ms']:g} ms, priced {q['implementation']}"

@@ -3,6 +3,7 @@
     dse serve --model M --hardware P1,P2 --method freekv,dense --input-tokens I --output-tokens O
               --ttft-slo-s T --tpot-slo-ms X [--arrival-rate R | --requests FILE] [--n-requests N]
               [--demand ...] [--transplant-method] [--implementation ...] [--json FILE] [--seed S]
+              [--page-size ... --dense-layers ...] [--set FIELD=VALUE] [--option KEY=VALUE] [--software S]
 
 Without --arrival-rate or --requests it searches the highest Poisson rate meeting both p99 SLOs; with
 --arrival-rate it simulates that rate; with --requests it replays the file's arrivals. Never imports torch.
@@ -12,11 +13,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from dse.commands.capacity import _split
-from dse.commands.demand_option import DEMAND_HELP, implementation_option, transplant_option
+from dse.commands.replay_options import (
+    FLAGS,
+    demand_option,
+    implementation_option,
+    replay_knob_options,
+    transplant_option,
+    what_if_options,
+)
 
 __all__ = ["command"]
 
@@ -67,114 +75,89 @@ __all__ = ["command"]
     help="CSV/JSON of arrival_s,input_tokens,output_tokens to replay instead of Poisson arrivals",
 )
 @click.option("--n-requests", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--demand", default=None, help=DEMAND_HELP)
+@demand_option
 @implementation_option
+@replay_knob_options
+@what_if_options
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
 @transplant_option
-def command(
-    model: str,
-    hardware: str,
-    methods: str,
-    input_tokens: int,
-    output_tokens: int,
-    ttft_slo_s: float,
-    tpot_slo_ms: float,
-    arrival_rate: float | None,
-    requests_file: Path | None,
-    n_requests: int,
-    demand: str | None,
-    implementation: str,
-    json_path: Path | None,
-    seed: int,
-    transplant_method: bool,
-) -> None:
+def command(model: str, hardware: str, methods: str, input_tokens: int, output_tokens: int, ttft_slo_s: float,
+            tpot_slo_ms: float, arrival_rate: float | None, requests_file: Path | None, n_requests: int,
+            demand: str | None, implementation: str, page_size: int | None, budget_tokens: int | None,
+            sink_tokens: int | None, window_tokens: int | None, dense_layers: str | None,
+            overrides: tuple[str, ...], options: tuple[str, ...], software: str | None,
+            json_path: Path | None, seed: int, transplant_method: bool) -> None:
     """Serve a request stream with continuous batching (prefill blocks decode; memory-gated admission):
     TTFT and per-token latency p50/p99, goodput, and the highest Poisson rate under both SLOs.
 
     Each method replays traces of its own runtime policy only; --transplant-method prices another
     policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
     demand; the others are refused (exit 2)."""
-    from dse.commands import sim_inputs
-    from dse.commands.demand_option import check_replayable, demand_use, resolve_demand
+    from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.paths import check_output_file
     from sim import SimInputError
-    from sim.methods import method_class
-    from sim.serving import StepCosts, load_requests, max_rate, poisson_requests, serve
-    from traces.models import get_model
+    from sim.replay import DemandSource, Question, answer
+    from sim.serving import load_requests
 
     if arrival_rate is not None and requests_file is not None:
         raise SimInputError("give either --arrival-rate or --requests FILE, not both")
     if json_path is not None:
         check_output_file(json_path, "--json")
-    profiles, names = _split(hardware, "--hardware"), _split(methods, "--method")
-    for name in names:
-        method_class(name)
     fixed = load_requests(requests_file) if requests_file is not None else None
     if fixed is not None:
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
-    sim_inputs.check_max_positions(model, input_tokens, output_tokens)
-    choice = resolve_demand(demand, model, seed)
-    check_replayable(names, choice.demand, transplant_method)
-    knobs = sim_inputs.resolve_knobs({}, choice.runtime, get_model(model).n_layers)
-    out, notes = [], []
-    for hw in profiles:
-        for name in names:
-            cfg = sim_inputs.workload_config(model, hw, name, input_tokens, output_tokens, implementation,
-                                             knobs.values, transplant_method=transplant_method)
-            used, moved = demand_use(cfg, choice.demand)
-            if moved and moved not in notes:
-                notes.append(moved)
-            costs = StepCosts(cfg, choice.demand if used else None, seed)
-
-            def run_at(rate: float, costs: StepCosts = costs):
-                return serve(poisson_requests(rate, n_requests, input_tokens, output_tokens, seed), costs)
-
-            row: dict = {"hardware": hw, "method": name,
-                         "transplanted_method": choice.demand.method if moved else None}
-            if fixed is not None:
-                row.update(
-                    mode="requests file",
-                    rate_per_s=None,
-                    stats=serve(fixed, costs).stats(ttft_slo_s, tpot_slo_ms / 1e3),
-                )
-            elif arrival_rate is not None:
-                row.update(
-                    mode="fixed rate",
-                    rate_per_s=arrival_rate,
-                    stats=run_at(arrival_rate).stats(ttft_slo_s, tpot_slo_ms / 1e3),
-                )
-            else:
-                found = max_rate(run_at, ttft_slo_s, tpot_slo_ms / 1e3)
-                row.update(
-                    mode="highest rate under both SLOs",
-                    rate_per_s=found.rate_per_s,
-                    stats=found.stats,
-                    rates_tried={f"{k:.4g}": v for k, v in sorted(found.tried.items())},
-                )
-            out.append(row)
+    ans = answer(Question(
+        model=model, hardware=split_names(hardware, "--hardware"), demand=DemandSource.from_text(demand),
+        methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
+        knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers),
+        implementations=(implementation,), software=software, transplant_method=transplant_method,
+        seed=seed, names=FLAGS, **what_ifs(overrides, options),
+    ))
+    slos = (ttft_slo_s, tpot_slo_ms / 1e3)
+    results = [_serve_cell(ans, cell, fixed, arrival_rate, n_requests, slos, seed) for cell in ans.cells]
     payload = {
-        "model": model,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "n_requests": len(fixed) if fixed else n_requests,
-        "seed": seed,
-        "implementation": implementation,
-        "transplant_method": transplant_method,
-        "ttft_slo_s": ttft_slo_s,
-        "tpot_slo_ms": tpot_slo_ms,
-        "demand": {"label": choice.label, "provenance": choice.provenance},
+        "model": model, "input_tokens": input_tokens, "output_tokens": output_tokens,
+        "n_requests": len(fixed) if fixed else n_requests, "seed": seed, "implementation": implementation,
+        "transplant_method": transplant_method, "ttft_slo_s": ttft_slo_s, "tpot_slo_ms": tpot_slo_ms,
+        "knobs": ans.knobs.to_dict()["values"],
+        "demand": {"label": ans.demand.label, "provenance": ans.demand.provenance},
         "model_of_serving": "continuous batching, FIFO, memory-gated admission at each sequence's final "
         "context, prefill blocks decode (no chunked prefill): sim/serving.py",
-        "results": out,
-        "notes": notes,
+        "results": results,
+        "notes": ans.table_notes(),
     }
     if json_path is not None:
         from dse.paths import write_text
 
         write_text(json_path, json.dumps(payload, indent=2, default=float), "--json")
     _print(payload)
+
+
+def _serve_cell(ans: Any, cell: Any, fixed: list | None, arrival_rate: float | None, n_requests: int,
+                slos: tuple[float, float], seed: int) -> dict[str, Any]:
+    """One (profile, method) row: the requests file replayed, a fixed Poisson rate, or the highest rate
+    meeting both p99 SLOs."""
+    from sim.serving import StepCosts, max_rate, poisson_requests, serve
+
+    q = ans.question
+    costs = StepCosts(cell.config, cell.priced_demand, seed)
+
+    def run_at(rate: float) -> Any:
+        return serve(poisson_requests(rate, n_requests, q.input_tokens, q.output_tokens, seed), costs)
+
+    row: dict[str, Any] = {"hardware": cell.hardware, "method": cell.method,
+                           "transplanted_method": ans.demand.demand.method if cell.transplant else None}
+    if fixed is not None:
+        row.update(mode="requests file", rate_per_s=None, stats=serve(fixed, costs).stats(*slos))
+    elif arrival_rate is not None:
+        row.update(mode="fixed rate", rate_per_s=arrival_rate, stats=run_at(arrival_rate).stats(*slos))
+    else:
+        found = max_rate(run_at, *slos)
+        row.update(mode="highest rate under both SLOs", rate_per_s=found.rate_per_s, stats=found.stats,
+                   rates_tried={f"{k:.4g}": v for k, v in sorted(found.tried.items())})
+    return row
 
 
 def _ms(x: float | None) -> str:
@@ -184,9 +167,9 @@ def _ms(x: float | None) -> str:
 def _print(payload: dict) -> None:
     from rich.table import Table
 
-    from dse.commands.sim import _console
+    from dse.commands.sim_render import console as make_console
 
-    console = _console()
+    console = make_console()
     console.print(
         f"[bold]{payload['model']}[/], requests of {payload['input_tokens']} input + "
         f"{payload['output_tokens']} output tokens, {payload['n_requests']} requests, "

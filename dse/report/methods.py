@@ -47,7 +47,7 @@ def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Bl
     from sim import load_profile
     from sim.errors import SimInputError
     from sim.methods import available_methods
-    from sim.replay_rules import replayable_methods
+    from sim.replay.rules import replayable_methods
 
     w = workload(data)
     steps = int(w["output_tokens"])
@@ -70,7 +70,7 @@ def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Bl
             provenance["synthetic"].add(demand.synthetic)
         loaded = load_profile(profile)
         own, refused = replayable_methods(available_methods(), demand.demand)
-        for name in refused:  # each model replays its own policy's trace (sim/replay_rules.py)
+        for name in refused:  # each model replays its own policy's trace (sim/replay/rules.py)
             failed[name] = ("needs recall demand; the trace is of dense attention"
                             if demand.demand.dense_attention
                             else f"replays its own policy's traces, not {demand.demand.method}'s")

@@ -50,18 +50,20 @@ class ReplayDemand:
 
 def replay_demand(data: ReportData, run: Run, seed: int = 0) -> ReplayDemand | None:
     """The run's trace as demand on data.model; synthetic at its measured rates when the trace is not
-    here; None when neither is possible (no trace and no measured rates)."""
-    from sim import demand_from_trace, synthetic_demand
+    here; None when neither is possible (no trace and no measured rates). Resolved by the replay service
+    (sim.replay.resolve_demand)."""
+    from sim.replay import DemandSource, resolve_demand
 
     if run.trace_dir and Path(run.trace_dir).is_dir():
-        demand = demand_from_trace(run.trace_dir, target_model=data.model)
+        demand = resolve_demand(DemandSource(trace=run.trace_dir), data.model, seed).demand
         return ReplayDemand(demand, demand.transplanted_from, None)
     correction, hit = overall_correction_rate(run.trace_summary), hit_rate(run.trace_summary)
     if correction is None or hit is None:
         return None
-    spec = f"correction={correction:.4f},hit={hit:.4f}"
-    demand = synthetic_demand(spec, model=data.model, seed=seed)
-    return ReplayDemand(demand, None, f"{spec} (measured rates of the trace of {run.trace_dir})")
+    note = f"measured rates of the trace of {run.trace_dir}"
+    source = DemandSource(rates=(correction, hit), rates_note=note)
+    resolved = resolve_demand(source, data.model, seed)
+    return ReplayDemand(resolved.demand, None, resolved.label)
 
 
 Replays = dict[str, tuple[Run, ReplayDemand] | None]  # profile -> (run replayed, its demand)
@@ -117,9 +119,10 @@ def sim_config(
     implementation: str | None = None,
 ) -> Any:
     """A SimConfig for `config`'s knobs on `profile` (method overrides config's method; implementation
-    overrides the study's `implementation`, default as-published)."""
+    overrides the study's `implementation`, default as-published), laid out by the replay service
+    (sim.replay) with the stored knobs, the study's dense layers and the recorded corrections."""
     from dse.method_knobs import knobs_for
-    from sim import SimConfig
+    from sim.replay import Question, answer
 
     knobs = {k: int(config[k]) for k in KNOB_KEYS if config.get(k) is not None}
     target = method or sim_method(config)
@@ -128,22 +131,14 @@ def sim_config(
     options = knobs_for(target, dict(config.get("options") or {}), "simulator") if own else {}
     dense_layers = tuple((data.results.config.get("search") or {}).get("dense_layers", ()) or ())
     study = data.results.config
-    pricing = {k: study[k] for k in ("implementation", "software") if study.get(k)}
-    if implementation is not None:
-        pricing["implementation"] = implementation
-    return SimConfig(
-        model=data.model,
-        hardware=profile,
-        method=target,
-        batch_size=batch_size,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        tau=None,
-        dense_layers=dense_layers,
-        method_options=options,
-        **pricing,
-        **knobs,
+    question = Question(
+        model=data.model, hardware=(profile,), methods=(target,), input_tokens=input_tokens,
+        output_tokens=output_tokens, batches=(batch_size,), knobs={**knobs, "dense_layers": dense_layers},
+        method_options=options, implementations=(implementation or study.get("implementation") or
+                                                 "as-published",),
+        software=study.get("software") or None, trace_knobs=False, model_positions=False,
     )
+    return answer(question).cells[0].config
 
 
 def simulate(

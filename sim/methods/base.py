@@ -283,7 +283,7 @@ class Method(ABC):
         try:
             knobs = method.knobs_from(cfg.method_options, side="simulator")
         except KnobError as exc:
-            raise SimInputError(f"method_options: {exc}") from None
+            raise SimInputError(f"method_options: {exc}", field="method_options", detail=f": {exc}") from None
         return cls(knobs, replays=method.replays)
 
     def for_demand(self, demand: Demand | None, transplant: bool = False) -> Method:

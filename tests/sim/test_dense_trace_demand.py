@@ -1,4 +1,4 @@
-"""A trace of dense attention holds no recall demand (sim/demand.py, sim/replay_rules.py): it loads into a
+"""A trace of dense attention holds no recall demand (sim/demand.py, sim/replay/rules.py): it loads into a
 Demand that says so; demand-free models replay it, the others are refused in one paragraph, also when a
 transplant is asked for; every consumer (engine, knob resolution, calibration) treats it the same way."""
 
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from sim_trace_factory import make_trace
 
-from dse.commands.sim_inputs import resolve_knobs
 from sim import SimConfig, SimInputError, demand_from_trace, run_simulation, synthetic_demand
 from sim.calibrate import calibrate
 from sim.demand import DENSE_POLICY
 from sim.methods import available_methods, get_method, method_class
-from sim.replay_rules import demand_free_methods, replay_refusal, replayable_methods
+from sim.replay import resolve_knobs
+from sim.replay.rules import demand_free_methods, replay_refusal, replayable_methods
 from traces import open_trace
 from traces.models import get_model
 
