@@ -1,4 +1,4 @@
-"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve.
+"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, methods.
 
 Subcommands live in `dse/commands/<name>.py`, each exposing a click command named `command`; they
 are imported lazily so that `dse sim` or `dse report` never imports torch.
@@ -21,6 +21,7 @@ _SUBCOMMANDS = {
     "report": "Write a self-contained HTML report of a study.",
     "capacity": "Largest batch under a per-token latency SLO, per hardware profile and method.",
     "serve": "Request-level serving simulation: TTFT, per-token latency, the highest rate under SLOs.",
+    "methods": "List the KV methods (the method catalogue) and each method's knobs.",
 }
 
 

@@ -16,9 +16,11 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     does not import torch.
     """
     import traces
+    from traces.catalogue import KnobError, UnknownMethodError
     from traces.models import UnknownModelError
 
-    types: list[type[BaseException]] = [DseError, UnknownModelError, FileNotFoundError]
+    types: list[type[BaseException]] = [DseError, UnknownModelError, UnknownMethodError, KnobError,
+                                        FileNotFoundError]
     for module, name in [
         ("traces", "TraceError"),
         ("sim", "SimInputError"),

@@ -1,4 +1,10 @@
-"""sim: a SimPy discrete-event model of KV retrieval during decode, on hardware profiles.
+"""sim: a discrete-event model of KV retrieval during decode, on hardware profiles.
+
+`run_simulation` prices a method's decode steps (sim/methods: each method's operations per layer and
+their work) on a hardware profile with the aggregated schedule (sim/schedule.py, a loop compiled with
+numba: the default engine), or with the fine-grained SimPy model (sim/actors.py, `engine="simpy"`), which
+the tests prove equal to it. The replay service (sim/replay) turns a question (demand, models, profiles,
+methods, knobs, batches) into the configurations to simulate.
 
 Public API (docs/contracts.md "Simulator API"):
     SimConfig, SimResult, SimInputError, run_simulation, load_profile, list_profiles,

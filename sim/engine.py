@@ -90,7 +90,8 @@ def _resolve(cfg: SimConfig) -> tuple[ModelSpec, HardwareProfile]:
 
 def engine_sync_s(cfg: SimConfig, profile: HardwareProfile, software: SoftwareProfile) -> float:
     """Host cost of one host<->device sync: the software profile's stream sync in as-published mode,
-    the hardware profile's host.sync_s in ideal mode (SIM_INTERFACE section 2)."""
+    the hardware profile's host.sync_s in ideal mode (docs/hardware.md, "Software profiles and
+    implementation modes")."""
     return software.stream_sync_s if cfg.implementation == "as-published" else profile.host.sync_s
 
 

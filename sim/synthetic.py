@@ -2,7 +2,7 @@
 
 Spec: `"correction=0.6,hit=0.8"` (optional keys below) or a YAML/JSON file with the same keys, where
 `correction` and `hit` may also be a list per layer, and `correction` a list of lists per layer and KV
-head. Meaning (issue 3): `correction` is the share of (step, layer, KV head) that are corrected, `hit`
+head. Meaning: `correction` is the share of (step, layer, KV head) that are corrected, `hit`
 the share of selected pages already resident on the GPU.
 
 Model: per (step, layer, head) the correction probability is sigmoid(logit(c_lh) + x_l + y_lh + z_s,l)

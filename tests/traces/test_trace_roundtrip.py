@@ -256,10 +256,11 @@ def test_create_refuses_existing_trace_and_bad_meta(tmp_path: Path) -> None:
 
 
 def test_traces_never_imports_torch() -> None:
-    code = ("import sys, traces, traces.stats, traces.format, traces.codec\n"
+    code = ("import sys, traces, traces.stats, traces.format, traces.codec, traces.catalogue\n"
+            "import traces.retrieval_knobs, sim.replay, dse.method_knobs, dse.commands.methods\n"
             "from traces import FORMAT_VERSION, RunMetadata, PrefillRecord, StepRecord, ModelSpec, get_model,"
             " TraceWriter, TraceReader, TraceError, open_trace\n"
-            "assert 'torch' not in sys.modules, 'traces imported torch'\n")
+            "assert 'torch' not in sys.modules, 'the catalogue or the replay service imported torch'\n")
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env=env)

@@ -13,7 +13,7 @@ __all__ = ["ENTRIES", "DenseKnobs", "FullOffloadKnobs"]
 
 @dataclass(frozen=True)
 class DenseKnobs(MethodKnobs):
-    runtime: str = knob("hf", "simulator: the code priced as published: a stock Hugging Face eager decoder "
+    runtime: str = knob("hf", "the code priced as published: a stock Hugging Face eager decoder "
                         "(hf) or the official FreeKV runtime's full-KV path (freekv)", side="simulator",
                         choices=("hf", "freekv"))
 

@@ -16,7 +16,7 @@ from traces.catalogue.knobs import MethodKnobs, knob
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
            "RazorAttentionKnobs"]
 
-_GROUP_DOC = ("simulator: one kept set per KV head (the runtime policy's choice) instead of one per query "
+_GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
 
 
@@ -63,7 +63,7 @@ class RazorAttentionKnobs(MethodKnobs):
                              "stands for (count), as one token (single), or dropped (none)",
                              choices=("count", "single", "none"))
     retrieval_fraction: float | None = knob(
-        None, "simulator: share of KV heads kept whole; null: the trace's measured probe, else the paper's "
+        None, "share of KV heads kept whole; null: the trace's measured probe, else the paper's "
         "0.15", side="simulator", kind=float, low=0.0, high=1.0)
 
 

@@ -51,9 +51,11 @@ class FreeKVKnobs(PageRetrievalKnobs):
 class QuestKnobs(PageRetrievalKnobs):
     group_pooling: str = knob("max", _POOLING_DOC + "; Quest's own harness selects per query head",
                               choices=GROUP_POOLINGS)
-    group_consistent: bool = knob(False, "simulator: one page set per KV head (the FreeKV paper's Quest "
+    staging_pages: int = knob(0, "head-pages per recall staging buffer (two buffers per recall stream); "
+                              "0: one head's selected pages", low=0)
+    group_consistent: bool = knob(False, "one page set per KV head (the FreeKV paper's Quest "
                                   "baseline) instead of per query head (Quest's code)", side="simulator")
-    offload: bool = knob(False, "simulator: the KV of sparse layers on the host, selected pages recalled "
+    offload: bool = knob(False, "the KV of sparse layers on the host, selected pages recalled "
                          "(not in Quest's code, which keeps all KV on the GPU)", side="simulator")
 
 
@@ -61,16 +63,18 @@ class QuestKnobs(PageRetrievalKnobs):
 class ArkValeKnobs(PageRetrievalKnobs):
     group_pooling: str = knob("mean", _POOLING_DOC, choices=GROUP_POOLINGS)
     page_summary: str = knob("box", _SUMMARY_DOC, choices=PAGE_SUMMARIES)
+    staging_pages: int = knob(0, "head-pages per recall staging buffer (two buffers per recall stream); "
+                              "0: one head's selected pages", low=0)
     top_pages: int | None = knob(None, "candidate pages made resident per step, 1..selected pages; null: "
                                  "selected pages // 2 (ArkVale's page_topks = budget // 2, "
                                  "infer_state.py:64)",
                                  kind=int, low=1)
     selection_groups: int = knob(1, "groups of KV heads sharing one selection (a divisor of the model's KV "
                                  "heads; ArkVale's n_groups, default 1: one selection per layer)", low=1)
-    group_heads: int = knob(1, "simulator: KV heads per recall group (1: the FreeKV paper's ArkVale "
+    group_heads: int = knob(1, "KV heads per recall group (1: the FreeKV paper's ArkVale "
                             "baseline; the model's KV heads: ArkVale's own one page set)", side="simulator",
                             low=1)
-    issue_overhead_s: float = knob(0.0, "simulator: host seconds per recall copy beyond the driver's cost "
+    issue_overhead_s: float = knob(0.0, "host seconds per recall copy beyond the driver's cost "
                                    "(ideal mode)", side="simulator", low=0.0)
 
     def check_retrieval(self, retrieval: Any) -> str | None:
@@ -89,13 +93,13 @@ class ShadowKVKnobs(MethodKnobs):
                                       "in chunks (ShadowKV_CPU's share, kv_cache.py:398)", kind=int, low=0)
     refactor_interval: int | None = knob(None, "decode steps between re-factorisations; null: window_tokens "
                                          "(the FreeKV paper's baseline)", kind=int, low=1)
-    chunk_tokens: int = knob(8, "simulator: tokens per landmark chunk (ShadowKV's chunk_size)",
+    chunk_tokens: int = knob(8, "tokens per landmark chunk (ShadowKV's chunk_size)",
                              side="simulator", low=1)
-    svd_interval_tokens: int = knob(0, "simulator: generated tokens between SVDs (0: never)",
+    svd_interval_tokens: int = knob(0, "generated tokens between SVDs (0: never)",
                                     side="simulator", low=0)
-    svd_every_window: bool = knob(False, "simulator: re-run the SVD every window of generated tokens (the "
+    svd_every_window: bool = knob(False, "re-run the SVD every window of generated tokens (the "
                                   "FreeKV paper's setting)", side="simulator")
-    svd_flops_fraction: float = knob(0.01, "simulator: share of FP16 peak the SVD reaches (estimate)",
+    svd_flops_fraction: float = knob(0.01, "share of FP16 peak the SVD reaches (estimate)",
                                      side="simulator", low=0.0, high=1.0, low_open=True)
 
     def __post_init__(self) -> None:
@@ -121,12 +125,12 @@ class InfiniGenKnobs(MethodKnobs):
     alpha: float = knob(5.0, "logit margin below the maximum that selects a token", low=0.0, low_open=True)
     calib_tokens: int = knob(512, "calibration prompt tokens (the skew matrices)", low=16)
     calib_seed: int = knob(0, "calibration prompt seed", low=0)
-    gather: str = knob("cpu", "simulator: the host gathers speculated tokens into a pinned buffer (cpu, "
+    gather: str = knob("cpu", "the host gathers speculated tokens into a pinned buffer (cpu, "
                        "InfiniGen's code) or the copy engine gathers scattered rows (dma)", side="simulator",
                        choices=("cpu", "dma"))
-    cpu_gather_fraction: float = knob(0.3, "simulator: share of host DRAM bandwidth the CPU gather reaches "
+    cpu_gather_fraction: float = knob(0.3, "share of host DRAM bandwidth the CPU gather reaches "
                                       "(estimate)", side="simulator", low=0.0, high=1.0, low_open=True)
-    run_bytes: int = knob(0, "simulator: bytes per contiguous run of a DMA gather (0: one token's K or V "
+    run_bytes: int = knob(0, "bytes per contiguous run of a DMA gather (0: one token's K or V "
                           "of one head)", side="simulator", low=0)
 
 
