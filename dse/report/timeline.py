@@ -59,8 +59,19 @@ def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[B
         f"{describe_config(run.config)} ({run_label(run)}), {data.model} on {profile}, batch "
         f"{cfg.batch_size}, prompt {cfg.input_tokens} tokens"
     )
-    prov = _provenance(profile, run, demand, result)
-    blocks: list[Block] = [_typical_step_figure(result, choice, timeline_figure, prov, what)]
+    return _step_blocks(result, choice, timeline_figure, _provenance(profile, run, demand, result), what)
+
+
+def _step_blocks(
+    result: Any, choice: StepChoice, timeline_figure: Any, prov: Provenance, what: str
+) -> list[Block]:
+    """The typical step's timeline, then the corrected step's (a note where no step corrects more)."""
+    lat_ms = result.step_latency_s * 1e3
+    blocks: list[Block] = [
+        _figure(result, choice.typical, timeline_figure, prov,
+                title=f"Stream timeline of a typical step (step {choice.typical})",
+                caption=_typical_caption(what, choice, lat_ms[choice.typical]))
+    ]
     if not choice.distinct:
         blocks.append(
             NoteBlock(
@@ -70,7 +81,11 @@ def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[B
             )
         )
     else:
-        blocks.append(_corrected_step_figure(result, choice, timeline_figure, prov, what))
+        blocks.append(
+            _figure(result, choice.corrected, timeline_figure, prov,
+                    title=f"Stream timeline of a corrected step (step {choice.corrected})",
+                    caption=_corrected_caption(what, choice, lat_ms[choice.corrected]))
+        )
     return blocks
 
 
@@ -97,38 +112,22 @@ def _provenance(profile: str, run: Run, demand: ReplayDemand, result: Any) -> Pr
     )
 
 
-def _typical_step_figure(
-    result: Any, choice: StepChoice, timeline_figure: Any, prov: Provenance, what: str
-) -> FigureBlock:
-    lat_ms = result.step_latency_s * 1e3
-    return _figure(
-        result,
-        choice.typical,
-        timeline_figure,
-        prov,
-        title=f"Stream timeline of a typical step (step {choice.typical})",
-        caption=f"{what}. This step takes {lat_ms[choice.typical]:.3f} ms and corrects "
+def _typical_caption(what: str, choice: StepChoice, step_ms: float) -> str:
+    return (
+        f"{what}. This step takes {step_ms:.3f} ms and corrects "
         f"{choice.typical_heads} (sequence, layer, KV head) triples, the fewest of the "
         f"{choice.n_steps} simulated steps (median {choice.median_heads}). Heads not corrected select "
         "and recall pages for the next step in the background, behind attention and FFN; corrected "
-        "heads do it synchronously before attention. x: ms since the step's first operation.",
+        "heads do it synchronously before attention. x: ms since the step's first operation."
     )
 
 
-def _corrected_step_figure(
-    result: Any, choice: StepChoice, timeline_figure: Any, prov: Provenance, what: str
-) -> FigureBlock:
-    lat_ms = result.step_latency_s * 1e3
-    return _figure(
-        result,
-        choice.corrected,
-        timeline_figure,
-        prov,
-        title=f"Stream timeline of a corrected step (step {choice.corrected})",
-        caption=f"{what}. This step takes {lat_ms[choice.corrected]:.3f} ms and corrects "
+def _corrected_caption(what: str, choice: StepChoice, step_ms: float) -> str:
+    return (
+        f"{what}. This step takes {step_ms:.3f} ms and corrects "
         f"{choice.corrected_heads} triples, the most of the {choice.n_steps} simulated steps: their "
         "selection and the recall of their missed pages (recall_sync) sit on the critical path. "
-        "x: ms since the step's first operation.",
+        "x: ms since the step's first operation."
     )
 
 
