@@ -8,7 +8,7 @@ For each method and budget it runs, as a user would (one subprocess per run):
   dse trace --method M --task passkey  --filler natural --context-tokens C --budget-tokens B ...
   dse trace --method M --task fidelity --context-tokens C --decode-tokens D --budget-tokens B ...
   dse sim run OUT/M-B-passkey/trace --method M --model TARGET --hardware H --input-tokens I ...
-Dense attention (`--method full`) runs once per task as the reference. The simulated latency replays the
+Dense attention (`--method dense`) runs once per task as the reference. The simulated latency replays the
 method's own passkey trace (its own demand, with the simulator model of the same name) on TARGET's shape
 (a model transplant, labelled by `dse sim`) at the FreeKV paper's baseline setting (budget 2048, page 32,
 layer 0 dense) unless --sim-budget/--sim-page say otherwise; methods without a simulator model show "-".
@@ -70,7 +70,7 @@ def _metric(summary: dict | None, key: str) -> float | None:
     return None if summary is None else summary["accuracy"].get(key)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(m for m in names(runtime=True) if m != "dense"))
     parser.add_argument("--budgets", default="128,512", help="comma-separated budget_tokens")
@@ -89,34 +89,40 @@ def main() -> None:
     parser.add_argument("--sim-sink", type=int, default=512)
     parser.add_argument("--sim-window", type=int, default=512)
     parser.add_argument("--out", type=Path, default=Path("runs/methods-table"))
-    args = parser.parse_args()
-    methods = [m for m in args.methods.split(",") if m]
-    budgets = [int(b) for b in args.budgets.split(",")]
-    started = time.perf_counter()
+    return parser
+
+
+def _dense_row(args: argparse.Namespace) -> dict:
+    """Dense attention, once per task: the reference row."""
     tasks = ("passkey", "fidelity")
     dense = {task: _trace("dense", task, None, args, args.out / f"dense-{task}") for task in tasks}
-    rows = [{"method": "dense", "budget": "-",
-             "passkey": _metric(dense["passkey"], "passkey_accuracy"),
-             "top1_agreement": _metric(dense["fidelity"], "top1_agreement"),
-             "mean_kl": _metric(dense["fidelity"], "mean_kl"),
-             "latency_ms": None}]
-    dense_latency = _sim("dense", args.out / "full-passkey", args)
-    rows[0]["latency_ms"] = None if dense_latency is None else dense_latency * 1e3
-    for method in methods:
-        for budget in budgets:
-            runs = {task: _trace(method, task, budget, args, args.out / f"{method}-{budget}-{task}")
-                    for task in ("passkey", "fidelity")}
-            latency = _sim(method, args.out / f"{method}-{budget}-passkey", args) if runs["passkey"] else None
-            rows.append({"method": method, "budget": budget,
-                         "passkey": _metric(runs["passkey"], "passkey_accuracy"),
-                         "top1_agreement": _metric(runs["fidelity"], "top1_agreement"),
-                         "mean_kl": _metric(runs["fidelity"], "mean_kl"),
-                         "latency_ms": None if latency is None else latency * 1e3})
-            print(json.dumps(rows[-1]), flush=True)
+    row = {"method": "dense", "budget": "-",
+           "passkey": _metric(dense["passkey"], "passkey_accuracy"),
+           "top1_agreement": _metric(dense["fidelity"], "top1_agreement"),
+           "mean_kl": _metric(dense["fidelity"], "mean_kl"),
+           "latency_ms": None}
+    dense_latency = _sim("dense", args.out / "dense-passkey", args)
+    row["latency_ms"] = None if dense_latency is None else dense_latency * 1e3
+    return row
 
-    def cell(v: object, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt) if isinstance(v, float) else str(v)
 
+def _method_row(method: str, budget: int, args: argparse.Namespace) -> dict:
+    """One method at one budget: passkey and fidelity runs, and the simulated latency of its passkey trace."""
+    runs = {task: _trace(method, task, budget, args, args.out / f"{method}-{budget}-{task}")
+            for task in ("passkey", "fidelity")}
+    latency = _sim(method, args.out / f"{method}-{budget}-passkey", args) if runs["passkey"] else None
+    return {"method": method, "budget": budget,
+            "passkey": _metric(runs["passkey"], "passkey_accuracy"),
+            "top1_agreement": _metric(runs["fidelity"], "top1_agreement"),
+            "mean_kl": _metric(runs["fidelity"], "mean_kl"),
+            "latency_ms": None if latency is None else latency * 1e3}
+
+
+def _cell(v: object, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt) if isinstance(v, float) else str(v)
+
+
+def _markdown(rows: list[dict], args: argparse.Namespace, seconds: float) -> str:
     lines = [
         f"passkey: natural filler, {args.context} tokens, {args.samples} samples; fidelity: {args.context} "
         f"tokens, {args.decode_tokens} teacher-forced tokens; page {args.page}, sink {args.sink}, window "
@@ -128,11 +134,24 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['budget']} | {cell(r['passkey'], '.3f')} | "
-                     f"{cell(r['top1_agreement'], '.3f')} | {cell(r['mean_kl'], '.4f')} | "
-                     f"{cell(r['latency_ms'], '.2f')} |")
-    lines.append(f"\n({time.perf_counter() - started:.0f} s)")
-    text = "\n".join(lines)
+        lines.append(f"| {r['method']} | {r['budget']} | {_cell(r['passkey'], '.3f')} | "
+                     f"{_cell(r['top1_agreement'], '.3f')} | {_cell(r['mean_kl'], '.4f')} | "
+                     f"{_cell(r['latency_ms'], '.2f')} |")
+    lines.append(f"\n({seconds:.0f} s)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    budgets = [int(b) for b in args.budgets.split(",")]
+    started = time.perf_counter()
+    rows = [_dense_row(args)]
+    for method in methods:
+        for budget in budgets:
+            rows.append(_method_row(method, budget, args))
+            print(json.dumps(rows[-1]), flush=True)
+    text = _markdown(rows, args, time.perf_counter() - started)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(text + "\n")

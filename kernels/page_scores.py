@@ -64,6 +64,70 @@ def _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mas
 
 
 @triton.jit
+def _pool_group(s, cand, g_mask, group_size, POOL: tl.constexpr):
+    """(BP,) the group's pooled scores of a block whose non-candidate columns of s (BG, BP) are -inf:
+    the max over the heads (POOL 1) or their mean (POOL 2); -inf outside the candidates."""
+    if POOL == 1:
+        pooled = tl.max(tl.where(g_mask[:, None], s, float("-inf")), axis=0)
+    else:
+        pooled = tl.sum(tl.where(g_mask[:, None], s, 0.0), axis=0) / group_size
+        pooled = tl.where(cand, pooled, float("-inf"))
+    return pooled
+
+
+@triton.jit
+def _store_max_or_mean(q, kmin_base, kmax_base, out_base, lo, hi, n_pages, group_size, offs_p, offs_d, g_mask,
+                       d_mask, stride_np, stride_nd, stride_xp, stride_xd, stride_op, sm_scale,
+                       BLOCK_P: tl.constexpr, POOL: tl.constexpr):
+    """Max (POOL 1) or mean (POOL 2) pooling: one pass over the pages, each block's pooled scores stored."""
+    for start in range(0, n_pages, BLOCK_P):
+        pages = start + offs_p
+        cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                                stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
+        s = tl.where(cand[None, :], s, float("-inf"))
+        pooled = _pool_group(s, cand, g_mask, group_size, POOL)
+        tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
+
+
+@triton.jit
+def _softmax_denominators(q, kmin_base, kmax_base, lo, hi, n_pages, offs_p, offs_d, d_mask,
+                          stride_np, stride_nd, stride_xp, stride_xd, sm_scale,
+                          BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Softmax pooling, pass 1: per head, the running max m_i (BG,) and softmax denominator l_i (BG,) over
+    the candidate pages."""
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    for start in range(0, n_pages, BLOCK_P):
+        pages = start + offs_p
+        cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                                stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
+        s = tl.where(cand[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l_i = l_i * tl.exp(m_i - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), axis=1)
+        m_i = m_new
+    return m_i, l_i
+
+
+@triton.jit
+def _store_softmax_mean(q, kmin_base, kmax_base, out_base, lo, hi, n_pages, group_size, m_i, l_i, offs_p,
+                        offs_d, g_mask, d_mask, stride_np, stride_nd, stride_xp, stride_xd, stride_op,
+                        sm_scale, BLOCK_P: tl.constexpr):
+    """Softmax pooling, pass 2: normalised probabilities, averaged over the group's heads, stored."""
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    inv_l = 1.0 / tl.where(l_i > 0.0, l_i, 1.0)
+    for start in range(0, n_pages, BLOCK_P):
+        pages = start + offs_p
+        cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
+                                stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
+        p = tl.exp(s - m_safe[:, None]) * inv_l[:, None]
+        p = tl.where(g_mask[:, None] & cand[None, :], p, 0.0)
+        pooled = tl.sum(p, axis=0) / group_size
+        pooled = tl.where(cand, pooled, float("-inf"))
+        tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
+
+
+@triton.jit
 def _page_scores_kernel(
     q_ptr, kmin_ptr, kmax_ptr, lo_ptr, hi_ptr, out_ptr,
     n_pages, group_size, head_dim, sm_scale,
@@ -93,40 +157,17 @@ def _page_scores_kernel(
     kmax_base = kmax_ptr + b * stride_xb + h * stride_xh
     out_base = out_ptr + b * stride_ob + h * stride_oh
 
-    # Pass 1 (softmax pooling): per-head running max and softmax denominator over the candidates.
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    for start in range(0, n_pages, BLOCK_P):
-        pages = start + offs_p
-        cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
-                                stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
-        s = tl.where(cand[None, :], s, float("-inf"))
-        if POOL == 1:
-            pooled = tl.max(tl.where(g_mask[:, None], s, float("-inf")), axis=0)
-            tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
-        elif POOL == 2:
-            pooled = tl.sum(tl.where(g_mask[:, None], s, 0.0), axis=0) / group_size
-            pooled = tl.where(cand, pooled, float("-inf"))
-            tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            l_i = l_i * tl.exp(m_i - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), axis=1)
-            m_i = m_new
-
-    # Pass 2 (softmax pooling): normalised probabilities, averaged over the group's heads.
     if POOL == 0:
-        m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-        inv_l = 1.0 / tl.where(l_i > 0.0, l_i, 1.0)
-        for start in range(0, n_pages, BLOCK_P):
-            pages = start + offs_p
-            cand, s = _block_scores(q, kmin_base, kmax_base, pages, lo, hi, n_pages, offs_d, d_mask,
-                                    stride_np, stride_nd, stride_xp, stride_xd, sm_scale)
-            p = tl.exp(s - m_safe[:, None]) * inv_l[:, None]
-            p = tl.where(g_mask[:, None] & cand[None, :], p, 0.0)
-            pooled = tl.sum(p, axis=0) / group_size
-            pooled = tl.where(cand, pooled, float("-inf"))
-            tl.store(out_base + pages * stride_op, pooled, mask=pages < n_pages)
+        m_i, l_i = _softmax_denominators(q, kmin_base, kmax_base, lo, hi, n_pages, offs_p, offs_d, d_mask,
+                                         stride_np, stride_nd, stride_xp, stride_xd, sm_scale,
+                                         BLOCK_G, BLOCK_P)
+        _store_softmax_mean(q, kmin_base, kmax_base, out_base, lo, hi, n_pages, group_size, m_i, l_i, offs_p,
+                            offs_d, g_mask, d_mask, stride_np, stride_nd, stride_xp, stride_xd, stride_op,
+                            sm_scale, BLOCK_P)
+    else:
+        _store_max_or_mean(q, kmin_base, kmax_base, out_base, lo, hi, n_pages, group_size, offs_p, offs_d,
+                           g_mask, d_mask, stride_np, stride_nd, stride_xp, stride_xd, stride_op, sm_scale,
+                           BLOCK_P, POOL)
 
 
 _POOL_CODES = {"softmax_mean": _POOL_SOFTMAX, "softmax_scaled_mean": _POOL_SOFTMAX, "mean": _POOL_MEAN,

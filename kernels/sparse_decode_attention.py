@@ -29,12 +29,91 @@ import triton
 import triton.language as tl
 
 from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
+from kernels._gather_pages import gather_head_pages
 from kernels._slot_span import attend_slot_span, slot_span
 
 __all__ = ["sparse_decode_attention", "sparse_decode_attention_reference", "sparse_decode_attention_triton"]
 
 _MIN_PAGES_PER_SPLIT = 4  # a split streams at least this many pages (amortises its partial write)
 _MAX_SPLITS = 64
+
+
+@triton.jit
+def _load_group_queries(q_ptr, b, heads, offs_d, g_mask, d_mask, stride_qb, stride_qh, stride_qd):
+    """(BLOCK_G, BLOCK_D) fp32: the query heads `heads` of sequence b; padding rows and columns 0."""
+    return tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                   mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _attend_page(q, k_base, v_base, slot, stride_ks, stride_vs, t_mask, kv_mask, m_i, l_i, acc, sm_scale,
+                 DOT_PRECISION: tl.constexpr):
+    """One online-softmax step over the page in cache slot `slot` (k_base / v_base: a slot's (BLOCK_T,
+    BLOCK_D) tile pointers; t_mask marks the page's tokens). Returns the updated (running max m_i,
+    denominator l_i, unnormalised acc)."""
+    k = tl.load(k_base + slot * stride_ks, mask=kv_mask, other=0.0).to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # (BG, BT)
+    s = tl.where(t_mask[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    v = tl.load(v_base + slot * stride_vs, mask=kv_mask, other=0.0).to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _attend_listed_pages(
+    q, table_base, k_base, v_base, first, stop, n, last, page_size, offs_t, d_mask, sm_scale,
+    stride_ks, stride_vs, stride_tm,
+    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Online softmax over the listed pages j in [first, stop) of a list of n pages whose last page holds
+    `last` tokens: (running max m_i (BG,), denominator l_i (BG,), unnormalised acc (BG, BD)), fp32."""
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    for j in range(first, stop):
+        slot = tl.load(table_base + j * stride_tm).to(tl.int64)
+        n_tok = tl.where(j == n - 1, last, page_size)
+        t_mask = offs_t < n_tok
+        kv_mask = t_mask[:, None] & d_mask[None, :]
+        m_i, l_i, acc = _attend_page(q, k_base, v_base, slot, stride_ks, stride_vs, t_mask, kv_mask, m_i, l_i,
+                                     acc, sm_scale, DOT_PRECISION)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_split_partial(
+    pacc_ptr, pml_ptr, b, heads, split, offs_d, g_mask, d_mask, m_i, l_i, acc,
+    stride_ab, stride_ah, stride_as, stride_ad,
+    stride_mb, stride_mh, stride_ms, stride_mk,
+):
+    """Write one split's unnormalised partial: acc to pacc[b, heads, split], (m_i, l_i) to pml[b, heads,
+    split, 0:2]."""
+    pacc = pacc_ptr + b * stride_ab + heads[:, None] * stride_ah + split * stride_as
+    tl.store(pacc + offs_d[None, :] * stride_ad, acc, mask=g_mask[:, None] & d_mask[None, :])
+    pml = pml_ptr + b * stride_mb + heads * stride_mh + split * stride_ms
+    tl.store(pml, m_i, mask=g_mask)
+    tl.store(pml + stride_mk, l_i, mask=g_mask)
+
+
+@triton.jit
+def _store_normalised(
+    out_ptr, lse_ptr, b, heads, offs_d, g_mask, d_mask, m_i, l_i, acc,
+    stride_ob, stride_oh, stride_od,
+    stride_lb, stride_lh,
+    STORE_LSE: tl.constexpr,
+):
+    """Write out[b, heads] = acc / l_i (0 where nothing was listed) and, with STORE_LSE, lse[b, heads]."""
+    has_mass = l_i > 0.0
+    out = acc / tl.where(has_mass, l_i, 1.0)[:, None]
+    tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :] * stride_od,
+             out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
+    if STORE_LSE:
+        lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + b * stride_lb + heads * stride_lh, lse, mask=g_mask)
 
 
 @triton.jit
@@ -72,8 +151,7 @@ def _sparse_decode_kernel(
     d_mask = offs_d < head_dim
     heads = h * group_size + offs_g
 
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
-                mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+    q = _load_group_queries(q_ptr, b, heads, offs_d, g_mask, d_mask, stride_qb, stride_qh, stride_qd)
     n = tl.load(npages_ptr + b * stride_nb + h * stride_nh)
     last = tl.load(last_ptr + b)
     first = split * pages_per_split
@@ -81,40 +159,16 @@ def _sparse_decode_kernel(
     table_base = table_ptr + b * stride_tb + h * stride_th
     k_base = k_ptr + h * stride_kh + offs_t[:, None] * stride_kt + offs_d[None, :] * stride_kd
     v_base = v_ptr + h * stride_vh + offs_t[:, None] * stride_vt + offs_d[None, :] * stride_vd
-
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for j in range(first, stop):
-        slot = tl.load(table_base + j * stride_tm).to(tl.int64)
-        n_tok = tl.where(j == n - 1, last, page_size)
-        t_mask = offs_t < n_tok
-        kv_mask = t_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_base + slot * stride_ks, mask=kv_mask, other=0.0).to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale  # (BG, BT)
-        s = tl.where(t_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + slot * stride_vs, mask=kv_mask, other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
-        m_i = m_new
-
+    m_i, l_i, acc = _attend_listed_pages(q, table_base, k_base, v_base, first, stop, n, last, page_size,
+                                         offs_t, d_mask, sm_scale, stride_ks, stride_vs, stride_tm,
+                                         BLOCK_G, BLOCK_D, DOT_PRECISION)
     if SPLIT:
-        pacc = pacc_ptr + b * stride_ab + heads[:, None] * stride_ah + split * stride_as
-        tl.store(pacc + offs_d[None, :] * stride_ad, acc, mask=g_mask[:, None] & d_mask[None, :])
-        pml = pml_ptr + b * stride_mb + heads * stride_mh + split * stride_ms
-        tl.store(pml, m_i, mask=g_mask)
-        tl.store(pml + stride_mk, l_i, mask=g_mask)
+        _store_split_partial(pacc_ptr, pml_ptr, b, heads, split, offs_d, g_mask, d_mask, m_i, l_i, acc,
+                             stride_ab, stride_ah, stride_as, stride_ad,
+                             stride_mb, stride_mh, stride_ms, stride_mk)
     else:
-        has_mass = l_i > 0.0
-        out = acc / tl.where(has_mass, l_i, 1.0)[:, None]
-        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :] * stride_od,
-                 out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
-        if STORE_LSE:
-            lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
-            tl.store(lse_ptr + b * stride_lb + heads * stride_lh, lse, mask=g_mask)
+        _store_normalised(out_ptr, lse_ptr, b, heads, offs_d, g_mask, d_mask, m_i, l_i, acc,
+                          stride_ob, stride_oh, stride_od, stride_lb, stride_lh, STORE_LSE)
 
 
 @triton.jit
@@ -192,34 +246,8 @@ def _check_args(
 
 
 @functools.lru_cache(maxsize=32)
-def _row_offsets(page_size: int, hkv: int, device: torch.device) -> torch.Tensor:
-    """(1, Hkv, 1, p) int64: row of token t of head h within a slot of an NHD cache viewed as (-1, d)."""
-    tokens = torch.arange(page_size, device=device) * hkv
-    return (tokens[None, :] + torch.arange(hkv, device=device)[:, None]).view(1, hkv, 1, page_size)
-
-
-@functools.lru_cache(maxsize=32)
 def _positions(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)
-
-
-def _gather_head_pages(
-    caches: tuple[torch.Tensor, ...], slots: torch.Tensor, n_tokens: int
-) -> list[torch.Tensor]:
-    """Each cache (n_slots, p, Hkv, d) NHD, slots (b, Hkv, M) int64 -> (b, Hkv, n_tokens, d) per cache: the
-    first n_tokens (<= M * p) tokens of the slots [i, h, :] for head h, in table order.
-
-    Contiguous caches are gathered as rows of d elements by one index_select each (~10x faster on CPU than
-    advanced indexing over the strided head axis), with the row ids computed once for all caches.
-    """
-    b, hkv, m = slots.shape
-    _, page_size, _, d = caches[0].shape
-    if not all(c.is_contiguous() for c in caches):
-        heads = torch.arange(hkv, device=slots.device)[None, :, None]
-        return [c[slots, :, heads, :].reshape(b, hkv, m * page_size, d)[:, :, :n_tokens] for c in caches]
-    rows = slots[..., None] * (page_size * hkv) + _row_offsets(page_size, hkv, slots.device)  # (b, Hkv, M, p)
-    rows = rows.reshape(b, hkv, m * page_size)[:, :, :n_tokens].reshape(-1)
-    return [c.view(-1, d).index_select(0, rows).view(b, hkv, n_tokens, d) for c in caches]
 
 
 def _slot_span_applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
@@ -264,7 +292,7 @@ def sparse_decode_attention_reference(
     # entries past n_pages may hold anything: clamp them into the cache (their tokens are masked)
     every_entry_listed = min(map(min, listed), default=m) == m
     slots = page_table if every_entry_listed else page_table.clamp(0, max(0, k_cache.shape[0] - 1))
-    k, v = (t.float() for t in _gather_head_pages((k_cache, v_cache), slots.long(), hi))  # (b, Hkv, hi, d)
+    k, v = (t.float() for t in gather_head_pages((k_cache, v_cache), slots.long(), hi))  # (b, Hkv, hi, d)
     qf = q.float().reshape(b, hkv, group, d) * (1.0 / math.sqrt(d))
     s = qf @ k.transpose(-1, -2)  # (b, Hkv, G, hi)
     if lo < hi:  # rows listing fewer tokens than the longest: mask their tail

@@ -18,10 +18,9 @@ float32, small knobs), labelled as such, and the part is reported skipped.
 from __future__ import annotations
 
 import gc
-import gzip
-import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,12 +29,11 @@ from typing import Any
 import torch
 
 from gpu_parts.common import Options, cuda_skip_reason, has_cuda, write_json
-from gpu_parts.timeline import analyze_events
+from gpu_parts.decode_profile import PROFILE_STEPS, profile_steps
 
 __all__ = ["run", "DecodeSetup", "markdown_table"]
 
 WARMUP_STEPS = 2
-PROFILE_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -127,23 +125,13 @@ def _one(
     out: Path,
     seed: int,
 ) -> dict[str, Any]:
-    from freekv_runtime.api import device_string, library_versions, runtime_dict
     from freekv_runtime.config import RuntimeConfig
-    from freekv_runtime.decode import DecodeContext, Sampling, decode_one_token, sample
-    from freekv_runtime.model import ModelAdapter
-    from freekv_runtime.policies import make_policy
-    from freekv_runtime.recorder import TraceRecorder
-    from freekv_runtime.timing import OpTimer
-    from traces import RunMetadata, TraceWriter
+    from freekv_runtime.decode import DecodeContext
 
     device, dtype = loaded.device, loaded.dtype
     knobs = RuntimeConfig(method=method, dense_layers=(0,), **setup.knobs,
                           knobs={} if tau is None else {"tau": tau})
-    adapter = ModelAdapter(loaded.model)
-    timer = OpTimer(device)
-    policy = make_policy(knobs)
-    policy.prepare(adapter)
-    state = policy.new_state(adapter.shape, batch, device, dtype, timer)
+    adapter, state, timer = _new_state(loaded, knobs, batch)
     trace_steps = min(steps, 8)
     total = context + WARMUP_STEPS + steps + trace_steps + PROFILE_STEPS + 1
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -153,7 +141,50 @@ def _one(
     timer.collect()
     ctx = DecodeContext(adapter, state, adapter.rope_table(total), timer)
     token = torch.randint(3, loaded.spec.vocab_size, (batch, 1), generator=gen, device=device)
-    position = context
+    step = _decode_step(ctx, token, context)
+    for _ in range(WARMUP_STEPS):
+        step()
+    row: dict[str, Any] = {
+        "config": _config_name(method, tau, context, batch),
+        "method": method,
+        "tau": tau,
+        "context": context,
+        "batch": batch,
+        **_plain_step_timings(step, state, timer, device, batch, steps, fill_s),
+    }
+    meta = _metadata(loaded, knobs, setup, timer, batch, context, seed)
+    sink, traced = _traced_steps(step, ctx, device, out, meta, knobs.page_size, trace_steps)
+    row["ms_per_token_with_op_timing"] = statistics.median(traced) * 1e3
+    # random weights: how often heads are corrected says little about a real model (replay the trace)
+    row["correction_rate_traced_steps"] = statistics.mean(sink.corrected) if method == "freekv" else None
+    ops = sorted({k for t in sink.timings for k in t})
+    row["op_ms_per_step"] = {k: 1e3 * statistics.mean(t.get(k, 0.0) for t in sink.timings) for k in ops}
+    row["timing_clock"] = timer.clock
+    row["trace"] = str(out / "trace")
+    if device.type == "cuda":
+        row["timeline"] = profile_steps(step, out)
+        row["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
+    return row
+
+
+def _new_state(loaded: Any, knobs: Any, batch: int) -> tuple[Any, Any, Any]:
+    """(model adapter, empty policy state for `batch` sequences, its OpTimer) of the policy `knobs` name."""
+    from freekv_runtime.model import ModelAdapter
+    from freekv_runtime.policies import make_policy
+    from freekv_runtime.timing import OpTimer
+
+    adapter = ModelAdapter(loaded.model)
+    timer = OpTimer(loaded.device)
+    policy = make_policy(knobs)
+    policy.prepare(adapter)
+    state = policy.new_state(adapter.shape, batch, loaded.device, loaded.dtype, timer)
+    return adapter, state, timer
+
+
+def _decode_step(ctx: Any, token: torch.Tensor, position: int) -> Callable[[], None]:
+    """One decode step per call, from `token` at `position` on: each step feeds the token sampled from the
+    previous step's logits."""
+    from freekv_runtime.decode import Sampling, decode_one_token, sample
 
     def step() -> None:
         nonlocal token, position
@@ -161,30 +192,33 @@ def _one(
         token = sample(logits, Sampling(), None)[:, None]
         position += 1
 
-    for _ in range(WARMUP_STEPS):
-        step()
+    return step
+
+
+def _timed_s(step: Callable[[], None], device: torch.device) -> float:
+    """Seconds of one step, synchronised before and after."""
+    _sync(device)
+    t0 = time.perf_counter()
+    step()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _plain_step_timings(
+    step: Callable[[], None], state: Any, timer: Any, device: torch.device, batch: int, steps: int,
+    fill_s: float,
+) -> dict[str, Any]:
+    """`steps` timed steps with the per-op timing events off (they cost host time per layer): the row's
+    latency, throughput and recall traffic per step."""
     stats = getattr(state, "recall_stats", None)
     bytes0 = stats.recalled_bytes if stats else 0
     pages0 = stats.head_pages if stats else 0
-
-    def timed() -> float:
-        _sync(device)
-        t0 = time.perf_counter()
-        step()
-        _sync(device)
-        return time.perf_counter() - t0
-
-    timer.enabled = False  # the plain steps: no per-op events (they cost host time per layer)
-    times = [timed() for _ in range(steps)]
+    timer.enabled = False
+    times = [_timed_s(step, device) for _ in range(steps)]
     timer.enabled = True
     step_s = statistics.median(times)
     recalled = (stats.recalled_bytes - bytes0) / steps if stats else 0
-    row: dict[str, Any] = {
-        "config": _config_name(method, tau, context, batch),
-        "method": method,
-        "tau": tau,
-        "context": context,
-        "batch": batch,
+    return {
         "ms_per_token": step_s * 1e3,
         "tokens_per_s": batch / step_s,
         "ms_per_token_min": min(times) * 1e3,
@@ -195,72 +229,45 @@ def _one(
         "recall_head_pages_per_step": (stats.head_pages - pages0) / steps if stats else 0,
         "recall_gbps_over_step": recalled / step_s / 1e9,
     }
-    runtime = runtime_dict(knobs, loaded.spec.n_layers, str(dtype).removeprefix("torch."))
+
+
+def _metadata(
+    loaded: Any, knobs: Any, setup: DecodeSetup, timer: Any, batch: int, context: int, seed: int
+) -> Any:
+    """The trace's RunMetadata of one configuration (random weights and random K/V, as labelled)."""
+    from freekv_runtime.api import device_string, library_versions, runtime_dict
+    from traces import RunMetadata
+
+    runtime = runtime_dict(knobs, loaded.spec.n_layers, str(loaded.dtype).removeprefix("torch."))
     runtime["batch_size"] = batch
-    meta = RunMetadata(
+    return RunMetadata(
         model=loaded.spec,
         runtime=runtime,
         task={"name": "gpu_suite_decode", "context_tokens": context, "fill": "random K/V"},
         seeds={"weights": seed, "inputs": seed},
-        device=device_string(device),
+        device=device_string(loaded.device),
         library_versions=library_versions(),
         timing_clock=timer.clock,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         extra={"weights": loaded.source, "random_weights": seed, "setup": setup.label},
     )
+
+
+def _traced_steps(
+    step: Callable[[], None], ctx: Any, device: torch.device, out: Path, meta: Any, page_size: int,
+    trace_steps: int,
+) -> tuple[_Sink, list[float]]:
+    """`trace_steps` timed steps recorded into OUT/trace with the per-op timings on: (the sink that kept
+    their timings and corrections, each step's seconds)."""
+    from freekv_runtime.recorder import TraceRecorder
+    from traces import TraceWriter
+
     with TraceWriter.create(out / "trace", meta, overwrite=True) as writer:
-        sink = _Sink(TraceRecorder(writer, page_size=knobs.page_size))
+        sink = _Sink(TraceRecorder(writer, page_size=page_size))
         ctx.recorder = sink
-        traced = [timed() for _ in range(trace_steps)]
+        traced = [_timed_s(step, device) for _ in range(trace_steps)]
         ctx.recorder = None
-    row["ms_per_token_with_op_timing"] = statistics.median(traced) * 1e3
-    # random weights: how often heads are corrected says little about a real model (replay the trace)
-    row["correction_rate_traced_steps"] = statistics.mean(sink.corrected) if method == "freekv" else None
-    ops = sorted({k for t in sink.timings for k in t})
-    row["op_ms_per_step"] = {k: 1e3 * statistics.mean(t.get(k, 0.0) for t in sink.timings) for k in ops}
-    row["timing_clock"] = timer.clock
-    row["trace"] = str(out / "trace")
-    if device.type == "cuda":
-        row["timeline"] = _profile(step, out)
-        row["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
-    return row
-
-
-def _profile(step: Any, out: Path) -> dict[str, Any]:
-    """PROFILE_STEPS steps under the torch profiler (CUDA activity only): overlap and bandwidth figures,
-    and a compact timeline (kernels and copies: stream, start, duration, bytes) in timeline.json.gz."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(PROFILE_STEPS):
-            step()
-        torch.cuda.synchronize()
-    raw = out / "profiler.json"
-    prof.export_chrome_trace(str(raw))
-    with open(raw, encoding="utf-8") as f:
-        data = json.load(f)
-    raw.unlink()
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    result = analyze_events(events)
-    compact = [
-        {
-            "cat": e["cat"],
-            "name": e.get("name", "")[:80],
-            "stream": e.get("args", {}).get("stream"),
-            "ts": e["ts"],
-            "dur": e["dur"],
-            **({"bytes": e["args"]["bytes"]} if "bytes" in e.get("args", {}) else {}),
-        }
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e
-    ]
-    with gzip.open(out / "timeline.json.gz", "wt", encoding="utf-8") as f:
-        json.dump(
-            {"units": "ts, dur in microseconds (CUPTI clock)", "steps": PROFILE_STEPS, "events": compact}, f
-        )
-    result["file"] = str(out / "timeline.json.gz")
-    result["steps"] = PROFILE_STEPS
-    return result
+    return sink, traced
 
 
 def _release() -> None:

@@ -72,65 +72,81 @@ def _copy_table(doc: dict[str, Any], rt: Cudart | None, quick: bool) -> None:
     for size in SIZES:
         n = max(16, min(512 if quick else 1024, (64 << 20) // size))
         buf = _Buffers(size, n)
-        src_rows = buf.src[: n * size].view(n, size)
-        dst_rows = buf.dst.view(n, size)
-        apis: dict[str, Callable[[int], Any]] = {
-            "torch_copy": lambda i, s=src_rows, d=dst_rows: d[i].copy_(s[i], non_blocking=True)
-        }
-        if rt is not None:
-            apis["memcpy_async"] = lambda i, b=buf, z=size: rt.memcpy_async(
-                b.dst_ptr + i * z, b.src_ptr + i * z, z, sp
-            )
-            if size >= ROW_BYTES:
-                height, pitch = size // ROW_BYTES, 8 * ROW_BYTES
-                apis["memcpy2d_rows"] = lambda i, b=buf, z=size, h=height, p=pitch: rt.memcpy2d_async(
-                    b.dst_ptr + i * z, ROW_BYTES, b.src_ptr + i * z * 8, p, ROW_BYTES, h, sp
-                )
+        apis = _copy_apis(buf, size, n, rt, sp)
         for api, fn in apis.items():
             try:
-                wall, host = wall_and_host_s(fn, n, stream)
-                dev = device_s(fn, min(n, 500), stream)  # within the launch queue: the GPU never waits
-                rows.append(
-                    {
-                        "api": api,
-                        "bytes_per_copy": size,
-                        "copies": n,
-                        "host_s_per_copy": host,
-                        "wall_s_per_copy": wall,
-                        "device_s_per_copy": dev,
-                        "gbps": size / wall / 1e9,
-                        "device_gbps": size / dev / 1e9,
-                        **({"rows_of_bytes": ROW_BYTES} if api == "memcpy2d_rows" else {}),
-                    }
-                )
+                rows.append(_copy_row(api, fn, size, n, stream))
             except Exception as exc:  # noqa: BLE001 - one failing path is recorded, the others run
                 doc["errors"][f"h2d_copy.{api}.{size}"] = f"{type(exc).__name__}: {exc}"
         if rt is not None and rt.has_batch:
             try:
-                arrays = rt.batch_arrays(
-                    [buf.dst_ptr + i * size for i in range(n)],
-                    [buf.src_ptr + i * size for i in range(n)],
-                    [size] * n,
-                )
-                wall, host = wall_and_host_s(lambda _i, a=arrays: rt.memcpy_batch_async(a, sp), 1, stream)
-                dev = device_s(lambda _i, a=arrays: rt.memcpy_batch_async(a, sp), 1, stream)
-                rows.append(
-                    {
-                        "api": "batched",
-                        "bytes_per_copy": size,
-                        "copies": n,
-                        "host_s_per_copy": host / n,
-                        "host_s_per_call": host,
-                        "wall_s_per_copy": wall / n,
-                        "device_s_per_copy": dev / n,
-                        "gbps": size * n / wall / 1e9,
-                        "device_gbps": size * n / dev / 1e9,
-                    }
-                )
+                rows.append(_batched_copy_row(rt, buf, size, n, stream))
             except Exception as exc:  # noqa: BLE001
                 doc["errors"][f"h2d_copy.batched.{size}"] = f"{type(exc).__name__}: {exc}"
         del buf
     doc["tables"]["h2d_copy"] = rows
+
+
+def _copy_apis(
+    buf: _Buffers, size: int, n: int, rt: Cudart | None, sp: int
+) -> dict[str, Callable[[int], Any]]:
+    """Per copy API, a function that queues copy i of `size` bytes from buf's pinned source to the device:
+    torch's copy_, and with the CUDA runtime cudaMemcpyAsync and (from ROW_BYTES up) a 2D copy of rows."""
+    src_rows = buf.src[: n * size].view(n, size)
+    dst_rows = buf.dst.view(n, size)
+    apis: dict[str, Callable[[int], Any]] = {
+        "torch_copy": lambda i, s=src_rows, d=dst_rows: d[i].copy_(s[i], non_blocking=True)
+    }
+    if rt is not None:
+        apis["memcpy_async"] = lambda i, b=buf, z=size: rt.memcpy_async(
+            b.dst_ptr + i * z, b.src_ptr + i * z, z, sp
+        )
+        if size >= ROW_BYTES:
+            height, pitch = size // ROW_BYTES, 8 * ROW_BYTES
+            apis["memcpy2d_rows"] = lambda i, b=buf, z=size, h=height, p=pitch: rt.memcpy2d_async(
+                b.dst_ptr + i * z, ROW_BYTES, b.src_ptr + i * z * 8, p, ROW_BYTES, h, sp
+            )
+    return apis
+
+
+def _copy_row(api: str, fn: Callable[[int], Any], size: int, n: int, stream: torch.cuda.Stream) -> dict:
+    """The h2d_copy row of one API and size: n copies queued one call each."""
+    wall, host = wall_and_host_s(fn, n, stream)
+    dev = device_s(fn, min(n, 500), stream)  # within the launch queue: the GPU never waits
+    return {
+        "api": api,
+        "bytes_per_copy": size,
+        "copies": n,
+        "host_s_per_copy": host,
+        "wall_s_per_copy": wall,
+        "device_s_per_copy": dev,
+        "gbps": size / wall / 1e9,
+        "device_gbps": size / dev / 1e9,
+        **({"rows_of_bytes": ROW_BYTES} if api == "memcpy2d_rows" else {}),
+    }
+
+
+def _batched_copy_row(rt: Cudart, buf: _Buffers, size: int, n: int, stream: torch.cuda.Stream) -> dict:
+    """The h2d_copy row of the batched API: the n copies of `size` bytes queued by one call."""
+    sp = stream.cuda_stream
+    arrays = rt.batch_arrays(
+        [buf.dst_ptr + i * size for i in range(n)],
+        [buf.src_ptr + i * size for i in range(n)],
+        [size] * n,
+    )
+    wall, host = wall_and_host_s(lambda _i, a=arrays: rt.memcpy_batch_async(a, sp), 1, stream)
+    dev = device_s(lambda _i, a=arrays: rt.memcpy_batch_async(a, sp), 1, stream)
+    return {
+        "api": "batched",
+        "bytes_per_copy": size,
+        "copies": n,
+        "host_s_per_copy": host / n,
+        "host_s_per_call": host,
+        "wall_s_per_copy": wall / n,
+        "device_s_per_copy": dev / n,
+        "gbps": size * n / wall / 1e9,
+        "device_gbps": size * n / dev / 1e9,
+    }
 
 
 def _pick(rows: list[dict], api: str, size: int, key: str) -> float | None:

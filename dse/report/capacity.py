@@ -19,7 +19,7 @@ from dse.report.grid import CapacityGrid, capacity_grid
 from dse.report.methods import methods_blocks
 from dse.report.page import Block, FigureBlock, NoteBlock, Section, TableBlock
 from dse.report.provenance import Provenance, pricing_sources, transplant_sources
-from dse.report.recommend import recommend
+from dse.report.recommend import Recommendation, recommend
 from dse.report.simulate import Replays, sim_method
 
 __all__ = ["capacity_section"]
@@ -220,35 +220,8 @@ def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> B
         if rec.run is None:
             rows.append((profile, slo, rec.why_none, "-", "-", "-", "-", "-", f"0 of {rec.n_candidates}"))
             continue
-        run = rec.run
-        runs.append(run)
-        grid = grids.get(profile)
-        best = None
-        if grid is not None and grid.run is run:
-            best = grid.largest_under_slo(grid.method, data.slo_s)
-        elif grid is not None and sim_method(run.config) == "dense":  # the grid's dense curve
-            best = grid.largest_under_slo("dense", data.slo_s)
-        if best is None:  # the study's own batch (stored result), e.g. when no grid could be drawn
-            res, batch = run.sim[profile], int(run.sim[profile].get("config", {}).get("batch_size", 1))
-            batch_text = f"{batch} (study's batch; no larger batch simulated)"
-        else:
-            batch, res = best
-            batch_text = str(batch)
-        lat = res["per_token_latency_s"]
-        fits = res.get("memory", {}).get("max_batch", "-")  # at the final context (prompt + output)
-        rows.append(
-            (
-                profile,
-                slo,
-                f"{run_label(run)}: {describe_config(run.config)}",
-                _accuracy_cell(data, run),
-                batch_text,
-                _latency_cell(lat),
-                f"{res['throughput_tokens_per_s']:.0f}",
-                str(fits),
-                f"{rec.n_meeting_slo} of {rec.n_candidates}",
-            )
-        )
+        runs.append(rec.run)
+        rows.append(_recommendation_row(data, profile, slo, rec.run, rec, grids.get(profile)))
     sampled = next((g.sampled for g in grids.values() if g.sampled), "")
     return TableBlock(
         title="Recommended configuration per profile",
@@ -264,7 +237,56 @@ def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> B
             "runs meeting the SLO at the study's batch",
         ),
         rows=tuple(rows),
-        caption="The most accurate run — a trial or a baseline (dense attention, untuned FreeKV) — that "
+        caption=_recommendation_caption(sampled),
+        provenance=Provenance(
+            measured=(f"{data.accuracy_metric} of {data.measured_model}",),
+            simulated=(f"latency, throughput and memory of {data.model} on each profile",),
+            transplanted_from=transplant_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
+            priced=pricing_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
+        ),
+    )
+
+
+def _recommendation_row(
+    data: ReportData, profile: str, slo: str, run: Run, rec: Recommendation, grid: CapacityGrid | None
+) -> tuple[str, ...]:
+    """The table row of a profile whose recommendation is `run`."""
+    batch_text, res = _batch_under_slo(data, profile, run, grid)
+    lat = res["per_token_latency_s"]
+    fits = res.get("memory", {}).get("max_batch", "-")  # at the final context (prompt + output)
+    return (
+        profile,
+        slo,
+        f"{run_label(run)}: {describe_config(run.config)}",
+        _accuracy_cell(data, run),
+        batch_text,
+        _latency_cell(lat),
+        f"{res['throughput_tokens_per_s']:.0f}",
+        str(fits),
+        f"{rec.n_meeting_slo} of {rec.n_candidates}",
+    )
+
+
+def _batch_under_slo(
+    data: ReportData, profile: str, run: Run, grid: CapacityGrid | None
+) -> tuple[str, dict[str, Any]]:
+    """(batch cell, SimResult dict there): the grid's largest batch under the SLO where the grid replays
+    the run (or its dense curve is the run), else the study's own batch (stored result)."""
+    best = None
+    if grid is not None and grid.run is run:
+        best = grid.largest_under_slo(grid.method, data.slo_s)
+    elif grid is not None and sim_method(run.config) == "dense":  # the grid's dense curve
+        best = grid.largest_under_slo("dense", data.slo_s)
+    if best is None:  # the study's own batch (stored result), e.g. when no grid could be drawn
+        res, batch = run.sim[profile], int(run.sim[profile].get("config", {}).get("batch_size", 1))
+        return f"{batch} (study's batch; no larger batch simulated)", res
+    batch, res = best
+    return str(batch), res
+
+
+def _recommendation_caption(sampled: str) -> str:
+    return (
+        "The most accurate run — a trial or a baseline (dense attention, untuned FreeKV) — that "
         "meets the study's accuracy constraint and whose simulated mean per-token latency at the study's "
         "workload meets the SLO on that profile (ties: the faster one); the study's SLO is applied to every "
         "profile. Then the largest batch (of 1, 2, 4, ... and the study's batch sizes) whose mean per-token "
@@ -273,13 +295,7 @@ def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> B
         + (f"; {sampled}" if sampled else "")
         + "). Where none qualifies, the cell says what excluded the runs. The curves below replay the "
         "recommended run against dense attention; where there is none, or it is dense attention itself, "
-        "the untuned FreeKV baseline (else the most accurate trial), named in each caption.",
-        provenance=Provenance(
-            measured=(f"{data.accuracy_metric} of {data.measured_model}",),
-            simulated=(f"latency, throughput and memory of {data.model} on each profile",),
-            transplanted_from=transplant_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
-            priced=pricing_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
-        ),
+        "the untuned FreeKV baseline (else the most accurate trial), named in each caption."
     )
 
 

@@ -11,17 +11,18 @@ Accuracy is shown only where the study measured that method (the dense baseline,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dse.report.colors import add_slo_hline
-from dse.report.data import ReportData, describe_config, run_label
+from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock, TableBlock
 from dse.report.provenance import Provenance, pricing_sources
 from dse.report.sampled import sampled_decode
-from dse.report.simulate import Replays, sim_config, sim_method, workload
+from dse.report.simulate import ReplayDemand, Replays, sim_config, sim_method, workload
 
 __all__ = ["methods_blocks", "measured_accuracy_by_method"]
 
@@ -43,75 +44,115 @@ def measured_accuracy_by_method(data: ReportData) -> dict[str, float]:
     return best
 
 
-def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
-    from sim import load_profile
-    from sim.errors import SimInputError
-    from sim.methods import available_methods
-    from sim.replay.rules import replayable_methods
+@dataclass
+class _Comparison:
+    """What the methods comparison collects over the profiles: profile -> method -> SimResult dict in the
+    study's implementation mode (`results`) and in the other one (`other`); method -> why it was not
+    compared (`failed`); the replayed runs and their demand's sources, for the provenance."""
 
+    results: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    runs: set[str] = field(default_factory=set)
+    transplanted: set[str] = field(default_factory=set)
+    synthetic: set[str] = field(default_factory=set)
+
+
+def methods_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[Block]:
     w = workload(data)
     steps = int(w["output_tokens"])
     batch, input_tokens = int(w["batch_sizes"][0]), int(w["input_tokens"])
     primary = str(data.results.config.get("implementation") or "as-published")
     modes = [primary, "ideal" if primary == "as-published" else "as-published"]
-    results: dict[str, dict[str, dict[str, Any]]] = {}  # profile -> method -> SimResult dict (primary)
-    other: dict[str, dict[str, dict[str, Any]]] = {}  # the same in the other implementation mode
-    failed: dict[str, str] = {}
-    provenance: dict[str, set[str]] = {"transplanted": set(), "synthetic": set(), "runs": set()}
+    comparison = _Comparison()
     for profile in data.profiles:
         replay = replays.get(profile)
         if replay is None:
             continue
-        run, demand = replay
-        provenance["runs"].add(f"{run_label(run)} ({describe_config(run.config)})")
-        if demand.transplanted_from:
-            provenance["transplanted"].add(demand.transplanted_from)
-        if demand.synthetic:
-            provenance["synthetic"].add(demand.synthetic)
-        loaded = load_profile(profile)
-        own, refused = replayable_methods(available_methods(), demand.demand)
-        for name in refused:  # each model replays its own policy's trace (sim/replay/rules.py)
-            failed[name] = ("needs recall demand; the trace is of dense attention"
-                            if demand.demand.dense_attention
-                            else f"replays its own policy's traces, not {demand.demand.method}'s")
-        for method in own:
-            for mode, store in zip(modes, (results, other), strict=True):
-                cfg = sim_config(
-                    data,
-                    run.config,
-                    profile,
-                    batch_size=batch,
-                    input_tokens=input_tokens,
-                    output_tokens=steps,
-                    method=method,
-                    implementation=mode,
-                )
-                try:
-                    store.setdefault(profile, {})[method] = sampled_decode(cfg, demand.demand, seed, loaded)
-                except SimInputError as exc:
-                    failed[method] = str(exc)
+        _replay_methods(comparison, data, profile, *replay, seed, modes, batch, input_tokens, steps)
+    results, other = comparison.results, comparison.other
     if not results:
         return [NoteBlock("No run has demand to replay, so methods are not compared.", kind="warning")]
     methods = list(dict.fromkeys(m for per in results.values() for m in per))
     accuracy = measured_accuracy_by_method(data)
-    prov = Provenance(
-        simulated=(f"per-token latency, throughput and memory of {data.model} per method and profile",),
-        measured=(
-            f"demand of {', '.join(sorted(provenance['runs']))}",
-            f"{data.accuracy_metric} where the study ran the method",
-        ),
-        transplanted_from=tuple(provenance["transplanted"]),
-        synthetic=tuple(provenance["synthetic"]),
-        priced=pricing_sources(d for per in (*results.values(), *other.values()) for d in per.values()),
-    )
+    prov = _provenance(data, comparison)
     blocks: list[Block] = [
         _figure(results, other, modes, methods, accuracy, data, prov, batch, input_tokens, steps),
         _table(results, other, modes, methods, accuracy, data, prov),
     ]
+    note = _not_compared_note(comparison.failed)
+    if note is not None:
+        blocks.append(note)
+    return blocks
+
+
+def _replay_methods(
+    comparison: _Comparison,
+    data: ReportData,
+    profile: str,
+    run: Run,
+    demand: ReplayDemand,
+    seed: int,
+    modes: list[str],
+    batch: int,
+    input_tokens: int,
+    steps: int,
+) -> None:
+    """Every method that replays the run's demand on `profile`, in both implementation modes."""
+    from sim import load_profile
+    from sim.errors import SimInputError
+    from sim.methods import available_methods
+    from sim.replay.rules import replayable_methods
+
+    comparison.runs.add(f"{run_label(run)} ({describe_config(run.config)})")
+    if demand.transplanted_from:
+        comparison.transplanted.add(demand.transplanted_from)
+    if demand.synthetic:
+        comparison.synthetic.add(demand.synthetic)
+    loaded = load_profile(profile)
+    own, refused = replayable_methods(available_methods(), demand.demand)
+    for name in refused:  # each model replays its own policy's trace (sim/replay/rules.py)
+        comparison.failed[name] = ("needs recall demand; the trace is of dense attention"
+                                   if demand.demand.dense_attention
+                                   else f"replays its own policy's traces, not {demand.demand.method}'s")
+    for method in own:
+        for mode, store in zip(modes, (comparison.results, comparison.other), strict=True):
+            cfg = sim_config(
+                data,
+                run.config,
+                profile,
+                batch_size=batch,
+                input_tokens=input_tokens,
+                output_tokens=steps,
+                method=method,
+                implementation=mode,
+            )
+            try:
+                store.setdefault(profile, {})[method] = sampled_decode(cfg, demand.demand, seed, loaded)
+            except SimInputError as exc:
+                comparison.failed[method] = str(exc)
+
+
+def _provenance(data: ReportData, comparison: _Comparison) -> Provenance:
+    results, other = comparison.results, comparison.other
+    return Provenance(
+        simulated=(f"per-token latency, throughput and memory of {data.model} per method and profile",),
+        measured=(
+            f"demand of {', '.join(sorted(comparison.runs))}",
+            f"{data.accuracy_metric} where the study ran the method",
+        ),
+        transplanted_from=tuple(comparison.transplanted),
+        synthetic=tuple(comparison.synthetic),
+        priced=pricing_sources(d for per in (*results.values(), *other.values()) for d in per.values()),
+    )
+
+
+def _not_compared_note(failed: dict[str, str]) -> NoteBlock | None:
+    """The methods left out and why; None if none."""
     notes = [f"{m}: {msg}" for m, msg in failed.items()]
     if notes:
-        blocks.append(NoteBlock("Methods not compared — " + "; ".join(notes), kind="warning"))
-    return blocks
+        return NoteBlock("Methods not compared — " + "; ".join(notes), kind="warning")
+    return None
 
 
 def _figure(
@@ -132,42 +173,9 @@ def _figure(
     for profile, per, mode, opacity, pattern in series:
         color = _COLORS[list(results).index(profile) % len(_COLORS)] if profile in results else _COLORS[0]
         present = [m for m in methods if m in per]
-        label = f"{profile}, {mode}"
-        acc_text = [
-            f"{data.accuracy_metric} {accuracy[m]:.3f} (measured)"
-            if m in accuracy
-            else "accuracy not measured in this study"
-            for m in present
-        ]
-        fig.add_trace(
-            go.Bar(
-                x=present,
-                y=[_latency_ms(per[m]) for m in present],
-                name=label,
-                legendgroup=label,
-                marker={"color": color, "opacity": opacity, "pattern": {"shape": pattern}},
-                text=acc_text,
-                textposition="none",
-                hovertemplate=f"{label}<br>%{{x}}: %{{y:.3f}} ms/token<br>%{{text}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Bar(
-                x=present,
-                y=[None if per[m].get("oom") else per[m]["throughput_tokens_per_s"] for m in present],
-                name=label,
-                legendgroup=label,
-                showlegend=False,
-                marker={"color": color, "opacity": opacity, "pattern": {"shape": pattern}},
-                text=acc_text,
-                textposition="none",
-                hovertemplate=f"{label}<br>%{{x}}: %{{y:.0f}} tokens/s<br>%{{text}}<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
+        marker = {"color": color, "opacity": opacity, "pattern": {"shape": pattern}}
+        acc_text = _accuracy_texts(data, accuracy, present)
+        _add_mode_bars(fig, f"{profile}, {mode}", per, present, acc_text, marker)
     fig.update_layout(barmode="group")
     fig.update_yaxes(rangemode="tozero")  # bars start at zero (a log axis would make bars of ratios)
     fig.update_yaxes(title_text="ms per token", row=1, col=1)
@@ -187,6 +195,51 @@ def _figure(
         "study ran the method.",
         provenance=prov,
         height_px=500,
+    )
+
+
+def _accuracy_texts(data: ReportData, accuracy: dict[str, float], present: list[str]) -> list[str]:
+    """Hover text per method: its measured accuracy, or that the study did not measure it."""
+    return [
+        f"{data.accuracy_metric} {accuracy[m]:.3f} (measured)"
+        if m in accuracy
+        else "accuracy not measured in this study"
+        for m in present
+    ]
+
+
+def _add_mode_bars(
+    fig: go.Figure, label: str, per: dict[str, dict], present: list[str], acc_text: list[str], marker: dict
+) -> None:
+    """One profile's bars in one implementation mode: latency (left panel) and throughput (right)."""
+    fig.add_trace(
+        go.Bar(
+            x=present,
+            y=[_latency_ms(per[m]) for m in present],
+            name=label,
+            legendgroup=label,
+            marker=marker,
+            text=acc_text,
+            textposition="none",
+            hovertemplate=f"{label}<br>%{{x}}: %{{y:.3f}} ms/token<br>%{{text}}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=present,
+            y=[None if per[m].get("oom") else per[m]["throughput_tokens_per_s"] for m in present],
+            name=label,
+            legendgroup=label,
+            showlegend=False,
+            marker=marker,
+            text=acc_text,
+            textposition="none",
+            hovertemplate=f"{label}<br>%{{x}}: %{{y:.0f}} tokens/s<br>%{{text}}<extra></extra>",
+        ),
+        row=1,
+        col=2,
     )
 
 

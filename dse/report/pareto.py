@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -74,60 +75,10 @@ def _measured_label(data: ReportData) -> str:
 
 def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
     runs = data.scored(profile)
-    points = [(t.latency_s(profile) * _MS, data.accuracy(t)) for t in runs]
     fig = go.Figure()
-    for method in sorted({sim_method(t.config) for t in runs}):
-        idx = [i for i, t in enumerate(runs) if sim_method(t.config) == method]
-        fig.add_trace(
-            go.Scatter(
-                x=[points[i][0] for i in idx],
-                y=[points[i][1] for i in idx],
-                mode="markers",
-                name=method,
-                text=[f"{run_label(runs[i])}: {describe_config(runs[i].config)}" for i in idx],
-                marker={"size": 9, "opacity": 0.75},
-                error_y=_error_bars(data, [runs[i] for i in idx]),
-                hovertemplate="%{text}<br>latency %{x:.3f} ms/token<br>accuracy %{y:.3f}<extra></extra>",
-            )
-        )
-    # The front runs over the trials and the baselines: a trial dominated by a baseline is not on it.
-    every = data.scored_runs(profile)
-    every_pts = [(r.latency_s(profile) * _MS, data.accuracy(r)) for r in every]
-    front = pareto_front(every_pts)
-    fig.add_trace(
-        go.Scatter(
-            x=[every_pts[i][0] for i in front],
-            y=[every_pts[i][1] for i in front],
-            mode="lines+markers",
-            name="Pareto front",
-            line={"color": "#222", "dash": "dot", "shape": "hv"},
-            marker={"size": 13, "symbol": "circle-open", "color": "#222"},
-            text=[f"{run_label(every[i])}: {describe_config(every[i].config)}" for i in front],
-            hovertemplate="front: %{text}<extra></extra>",
-        )
-    )
-    marked = ((data.dense, "star", "#d62728"), (data.untuned, "diamond", "#ff7f0e"),
-              *((b, "diamond-open", "#ff7f0e") for b in data.results.untuned_methods))
-    for run, symbol, color in marked:
-        if run is not None and run.latency_s(profile) is not None and data.accuracy(run) is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=[run.latency_s(profile) * _MS],
-                    y=[data.accuracy(run)],
-                    mode="markers",
-                    name=run_label(run),
-                    error_y=_error_bars(data, [run]),
-                    marker={
-                        "size": 16,
-                        "symbol": symbol,
-                        "color": color,
-                        "line": {"width": 1, "color": "#000"},
-                    },
-                    hovertemplate=f"{run_label(run)}: {describe_config(run.config)}<br>%{{x:.3f}} "
-                    f"ms/token, accuracy %{{y:.3f}}"
-                    "<extra></extra>",
-                )
-            )
+    _add_method_traces(fig, data, runs, profile)
+    fig.add_trace(_front_trace(data, profile))
+    _add_baseline_traces(fig, data, profile)
     if data.slo_s is not None:
         add_slo_vline(fig, data.slo_s * _MS)
     fig.update_layout(
@@ -151,6 +102,68 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
             priced=pricing_sources(r.sim[profile] for r in used),
         ),
     )
+
+
+def _add_method_traces(fig: go.Figure, data: ReportData, runs: list[Run], profile: str) -> None:
+    """One scatter trace of (latency ms, accuracy) per simulated method of the trials."""
+    points = [(t.latency_s(profile) * _MS, data.accuracy(t)) for t in runs]
+    for method in sorted({sim_method(t.config) for t in runs}):
+        idx = [i for i, t in enumerate(runs) if sim_method(t.config) == method]
+        fig.add_trace(
+            go.Scatter(
+                x=[points[i][0] for i in idx],
+                y=[points[i][1] for i in idx],
+                mode="markers",
+                name=method,
+                text=[f"{run_label(runs[i])}: {describe_config(runs[i].config)}" for i in idx],
+                marker={"size": 9, "opacity": 0.75},
+                error_y=_error_bars(data, [runs[i] for i in idx]),
+                hovertemplate="%{text}<br>latency %{x:.3f} ms/token<br>accuracy %{y:.3f}<extra></extra>",
+            )
+        )
+
+
+def _front_trace(data: ReportData, profile: str) -> go.Scatter:
+    """The Pareto front over the trials and the baselines: a trial dominated by a baseline is not on it."""
+    every = data.scored_runs(profile)
+    every_pts = [(r.latency_s(profile) * _MS, data.accuracy(r)) for r in every]
+    front = pareto_front(every_pts)
+    return go.Scatter(
+        x=[every_pts[i][0] for i in front],
+        y=[every_pts[i][1] for i in front],
+        mode="lines+markers",
+        name="Pareto front",
+        line={"color": "#222", "dash": "dot", "shape": "hv"},
+        marker={"size": 13, "symbol": "circle-open", "color": "#222"},
+        text=[f"{run_label(every[i])}: {describe_config(every[i].config)}" for i in front],
+        hovertemplate="front: %{text}<extra></extra>",
+    )
+
+
+def _add_baseline_traces(fig: go.Figure, data: ReportData, profile: str) -> None:
+    """Dense attention (star), untuned FreeKV (diamond), the other methods' untuned runs (open diamonds)."""
+    marked = ((data.dense, "star", "#d62728"), (data.untuned, "diamond", "#ff7f0e"),
+              *((b, "diamond-open", "#ff7f0e") for b in data.results.untuned_methods))
+    for run, symbol, color in marked:
+        if run is not None and run.latency_s(profile) is not None and data.accuracy(run) is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[run.latency_s(profile) * _MS],
+                    y=[data.accuracy(run)],
+                    mode="markers",
+                    name=run_label(run),
+                    error_y=_error_bars(data, [run]),
+                    marker={
+                        "size": 16,
+                        "symbol": symbol,
+                        "color": color,
+                        "line": {"width": 1, "color": "#000"},
+                    },
+                    hovertemplate=f"{run_label(run)}: {describe_config(run.config)}<br>%{{x:.3f}} "
+                    f"ms/token, accuracy %{{y:.3f}}"
+                    "<extra></extra>",
+                )
+            )
 
 
 def _importance_blocks(data: ReportData) -> list[Block]:
@@ -180,65 +193,79 @@ def _importance_blocks(data: ReportData) -> list[Block]:
     quantile = min(0.5, max(0.1, 5 / len(complete)))
     evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=quantile)
     for i, (name, direction) in enumerate(zip(res.objective_names, res.directions, strict=True)):
-        sign = -1.0 if direction == "maximize" else 1.0  # PED-ANOVA treats lower as better
         values = {t.values[i] for t in complete if t.values is not None}
-        if 2 <= len(values) < _MIN_IMPORTANCE_TRIALS // 2:
-            blocks.append(
-                NoteBlock(
-                    f"{name} takes only {len(values)} distinct values over {len(complete)} trials: too few "
-                    "to rank parameters by, so no importances for this objective.",
-                    kind="info",
-                )
-            )
-            continue
-        if len(values) < 2:
-            blocks.append(
-                NoteBlock(
-                    f"{name} is {next(iter(values)):g} in every complete trial, so no parameter explains "
-                    "it: no importances for this objective.",
-                    kind="info",
-                )
-            )
+        note = _too_few_values_note(name, values, len(complete))
+        if note is not None:
+            blocks.append(note)
             continue
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # optuna warns that small studies give rough importances
-                imp = optuna.importance.get_param_importances(
-                    study,
-                    evaluator=evaluator,
-                    params=varied,
-                    target=lambda t, i=i, sign=sign: sign * t.values[i],
-                )
+            imp = _importances(study, evaluator, varied, i, direction)
         except (ValueError, RuntimeError) as exc:
             blocks.append(
                 NoteBlock(f"Parameter importances for {name} could not be computed: {exc}", kind="warning")
             )
             continue
-        params = list(imp)[::-1]
-        fig = go.Figure(
-            go.Bar(x=[imp[p] for p in params], y=params, orientation="h", marker={"color": "#4c72b0"})
-        )
-        fig.update_layout(
-            xaxis={"title": "importance (PED-ANOVA, share of the total)", "rangemode": "tozero"},
-            yaxis_title="parameter",
-        )
-        measured = name in {k for t in data.trials for k in t.accuracy}
-        blocks.append(
-            FigureBlock(
-                title=f"Parameter importances for {name} ({direction})",
-                figure=fig,
-                caption=f"How much each searched parameter matters for reaching the best "
-                f"{quantile:.0%} of {name} over {len(complete)} complete trials (Optuna PED-ANOVA; "
-                "parameters that never varied are left out). Importances of a small study are rough.",
-                provenance=Provenance(
-                    measured=(f"{name} of {data.measured_model}",) if measured else (),
-                    simulated=() if measured else (f"objective {name}",),
-                    priced=() if measured else study_pricing(data.results.config),
-                ),
-                height_px=max(260, 60 + 40 * len(params)),
-            )
-        )
+        blocks.append(_importance_figure(data, name, direction, imp, quantile, len(complete)))
     return blocks
+
+
+def _too_few_values_note(name: str, values: set[float], n_complete: int) -> NoteBlock | None:
+    """Why an objective with too few distinct values gets no importances; None when it has enough."""
+    if 2 <= len(values) < _MIN_IMPORTANCE_TRIALS // 2:
+        return NoteBlock(
+            f"{name} takes only {len(values)} distinct values over {n_complete} trials: too few "
+            "to rank parameters by, so no importances for this objective.",
+            kind="info",
+        )
+    if len(values) < 2:
+        return NoteBlock(
+            f"{name} is {next(iter(values)):g} in every complete trial, so no parameter explains "
+            "it: no importances for this objective.",
+            kind="info",
+        )
+    return None
+
+
+def _importances(study: Any, evaluator: Any, varied: list[str], i: int, direction: str) -> dict[str, float]:
+    """PED-ANOVA importances of the varied parameters for objective i (raises ValueError, RuntimeError)."""
+    import optuna
+
+    sign = -1.0 if direction == "maximize" else 1.0  # PED-ANOVA treats lower as better
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # optuna warns that small studies give rough importances
+        return optuna.importance.get_param_importances(
+            study,
+            evaluator=evaluator,
+            params=varied,
+            target=lambda t, i=i, sign=sign: sign * t.values[i],
+        )
+
+
+def _importance_figure(
+    data: ReportData, name: str, direction: str, imp: dict[str, float], quantile: float, n_complete: int
+) -> FigureBlock:
+    params = list(imp)[::-1]
+    fig = go.Figure(
+        go.Bar(x=[imp[p] for p in params], y=params, orientation="h", marker={"color": "#4c72b0"})
+    )
+    fig.update_layout(
+        xaxis={"title": "importance (PED-ANOVA, share of the total)", "rangemode": "tozero"},
+        yaxis_title="parameter",
+    )
+    measured = name in {k for t in data.trials for k in t.accuracy}
+    return FigureBlock(
+        title=f"Parameter importances for {name} ({direction})",
+        figure=fig,
+        caption=f"How much each searched parameter matters for reaching the best "
+        f"{quantile:.0%} of {name} over {n_complete} complete trials (Optuna PED-ANOVA; "
+        "parameters that never varied are left out). Importances of a small study are rough.",
+        provenance=Provenance(
+            measured=(f"{name} of {data.measured_model}",) if measured else (),
+            simulated=() if measured else (f"objective {name}",),
+            priced=() if measured else study_pricing(data.results.config),
+        ),
+        height_px=max(260, 60 + 40 * len(params)),
+    )
 
 
 def _tau_figure(data: ReportData) -> Block:

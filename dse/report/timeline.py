@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from dse.report.colors import bar_marker
-from dse.report.data import ReportData, describe_config, run_label
+from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock
 from dse.report.provenance import Provenance
-from dse.report.simulate import Replays, sim_config, simulate, workload
-from dse.report.steps import choose_steps
+from dse.report.simulate import ReplayDemand, Replays, sim_config, simulate, workload
+from dse.report.steps import StepChoice, choose_steps
 
 __all__ = ["timeline_blocks", "TIMELINE_STEPS"]
 
@@ -40,15 +40,7 @@ def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[B
             )
         ]
     run, demand = replay
-    w = workload(data)
-    cfg = sim_config(
-        data,
-        run.config,
-        profile,
-        batch_size=int(w["batch_sizes"][0]),
-        input_tokens=int(w["input_tokens"]),
-        output_tokens=min(TIMELINE_STEPS, int(w["output_tokens"])),
-    )
+    cfg = _timeline_config(data, run, profile)
     # The demand exactly as the engine replays it (batch members' step offsets drawn from `seed`).
     loaded = load_profile(profile)
     per_step = prepare(cfg, demand.demand, seed, loaded).ctx.demand.corrected_heads.sum(axis=1)
@@ -63,31 +55,22 @@ def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[B
                 kind="warning",
             )
         ]
-    prov = Provenance(
-        simulated=(f"stream timeline on {profile}",),
-        measured=(f"corrections and cache misses of {run_label(run)}",),
-        transplanted_from=(demand.transplanted_from,) if demand.transplanted_from else (),
-        synthetic=(demand.synthetic,) if demand.synthetic else (),
-        priced=(result.pricing_label,),
-    )
     what = (
         f"{describe_config(run.config)} ({run_label(run)}), {data.model} on {profile}, batch "
         f"{cfg.batch_size}, prompt {cfg.input_tokens} tokens"
     )
+    return _step_blocks(result, choice, timeline_figure, _provenance(profile, run, demand, result), what)
+
+
+def _step_blocks(
+    result: Any, choice: StepChoice, timeline_figure: Any, prov: Provenance, what: str
+) -> list[Block]:
+    """The typical step's timeline, then the corrected step's (a note where no step corrects more)."""
     lat_ms = result.step_latency_s * 1e3
     blocks: list[Block] = [
-        _figure(
-            result,
-            choice.typical,
-            timeline_figure,
-            prov,
-            title=f"Stream timeline of a typical step (step {choice.typical})",
-            caption=f"{what}. This step takes {lat_ms[choice.typical]:.3f} ms and corrects "
-            f"{choice.typical_heads} (sequence, layer, KV head) triples, the fewest of the "
-            f"{choice.n_steps} simulated steps (median {choice.median_heads}). Heads not corrected select "
-            "and recall pages for the next step in the background, behind attention and FFN; corrected "
-            "heads do it synchronously before attention. x: ms since the step's first operation.",
-        )
+        _figure(result, choice.typical, timeline_figure, prov,
+                title=f"Stream timeline of a typical step (step {choice.typical})",
+                caption=_typical_caption(what, choice, lat_ms[choice.typical]))
     ]
     if not choice.distinct:
         blocks.append(
@@ -99,19 +82,53 @@ def timeline_blocks(data: ReportData, replays: Replays, seed: int = 0) -> list[B
         )
     else:
         blocks.append(
-            _figure(
-                result,
-                choice.corrected,
-                timeline_figure,
-                prov,
-                title=f"Stream timeline of a corrected step (step {choice.corrected})",
-                caption=f"{what}. This step takes {lat_ms[choice.corrected]:.3f} ms and corrects "
-                f"{choice.corrected_heads} triples, the most of the {choice.n_steps} simulated steps: their "
-                "selection and the recall of their missed pages (recall_sync) sit on the critical path. "
-                "x: ms since the step's first operation.",
-            )
+            _figure(result, choice.corrected, timeline_figure, prov,
+                    title=f"Stream timeline of a corrected step (step {choice.corrected})",
+                    caption=_corrected_caption(what, choice, lat_ms[choice.corrected]))
         )
     return blocks
+
+
+def _timeline_config(data: ReportData, run: Run, profile: str) -> Any:
+    """The SimConfig of the run at the study's first batch and prompt, for at most TIMELINE_STEPS steps."""
+    w = workload(data)
+    return sim_config(
+        data,
+        run.config,
+        profile,
+        batch_size=int(w["batch_sizes"][0]),
+        input_tokens=int(w["input_tokens"]),
+        output_tokens=min(TIMELINE_STEPS, int(w["output_tokens"])),
+    )
+
+
+def _provenance(profile: str, run: Run, demand: ReplayDemand, result: Any) -> Provenance:
+    return Provenance(
+        simulated=(f"stream timeline on {profile}",),
+        measured=(f"corrections and cache misses of {run_label(run)}",),
+        transplanted_from=(demand.transplanted_from,) if demand.transplanted_from else (),
+        synthetic=(demand.synthetic,) if demand.synthetic else (),
+        priced=(result.pricing_label,),
+    )
+
+
+def _typical_caption(what: str, choice: StepChoice, step_ms: float) -> str:
+    return (
+        f"{what}. This step takes {step_ms:.3f} ms and corrects "
+        f"{choice.typical_heads} (sequence, layer, KV head) triples, the fewest of the "
+        f"{choice.n_steps} simulated steps (median {choice.median_heads}). Heads not corrected select "
+        "and recall pages for the next step in the background, behind attention and FFN; corrected "
+        "heads do it synchronously before attention. x: ms since the step's first operation."
+    )
+
+
+def _corrected_caption(what: str, choice: StepChoice, step_ms: float) -> str:
+    return (
+        f"{what}. This step takes {step_ms:.3f} ms and corrects "
+        f"{choice.corrected_heads} triples, the most of the {choice.n_steps} simulated steps: their "
+        "selection and the recall of their missed pages (recall_sync) sit on the critical path. "
+        "x: ms since the step's first operation."
+    )
 
 
 def _figure(

@@ -65,9 +65,9 @@ def _longbench(tmp_path):
     return path
 
 
-def _files(tmp_path) -> dict[str, dict]:
-    """Per loader: task params pointing at a small file in that benchmark's schema."""
-    ruler = _jsonl(
+def _ruler(tmp_path):
+    """One validation record of RULER's niah_single_2 task."""
+    return _jsonl(
         tmp_path / "ruler" / "niah_single_2" / "validation.jsonl",
         [
             {
@@ -79,6 +79,9 @@ def _files(tmp_path) -> dict[str, dict]:
             },
         ],
     )
+
+
+def _longgenbench(tmp_path):
     lgb = tmp_path / "lgb" / "Dataset_short.json"
     lgb.parent.mkdir(parents=True)
     lgb.write_text(
@@ -96,7 +99,11 @@ def _files(tmp_path) -> dict[str, dict]:
             ]
         )
     )
-    math = _jsonl(
+    return lgb
+
+
+def _math500(tmp_path):
+    return _jsonl(
         tmp_path / "math" / "test.jsonl",
         [
             {
@@ -109,9 +116,9 @@ def _files(tmp_path) -> dict[str, dict]:
             },
         ],
     )
-    aime = _jsonl(
-        tmp_path / "aime" / "aime.jsonl", [{"ID": "2024-I-1", "Problem": "What is 2 + 3?", "Answer": 5}]
-    )
+
+
+def _gpqa(tmp_path):
     gpqa = tmp_path / "gpqa" / "gpqa_diamond.csv"
     gpqa.parent.mkdir(parents=True)
     with gpqa.open("w", newline="") as f:
@@ -129,6 +136,18 @@ def _files(tmp_path) -> dict[str, dict]:
                 "Incorrect Answer 3": "Sodium",
             }
         )
+    return gpqa
+
+
+def _files(tmp_path) -> dict[str, dict]:
+    """Per loader: task params pointing at a small file in that benchmark's schema."""
+    ruler = _ruler(tmp_path)
+    lgb = _longgenbench(tmp_path)
+    math = _math500(tmp_path)
+    aime = _jsonl(
+        tmp_path / "aime" / "aime.jsonl", [{"ID": "2024-I-1", "Problem": "What is 2 + 3?", "Answer": 5}]
+    )
+    gpqa = _gpqa(tmp_path)
     return {
         "longbench_v2": {"data": str(_longbench(tmp_path))},
         "ruler_jsonl": {"data": str(ruler.parent)},
