@@ -73,7 +73,8 @@ def _show_one(name: str) -> None:
     out.print(f"runtime policy: {e.policy or 'none'}; simulator model: {e.model or 'none'}"
               + (f"; its model prices traces of {e.replays}" if e.replays else ""))
     if not e.knobs.specs():
-        out.print("knobs: none (only the shared retrieval knobs: page size, budget, sink, window, dense layers)")
+        out.print("knobs: none (only the shared retrieval knobs: page size, budget, sink, window, "
+                  "dense layers)")
         return
     table = Table(title=f"knobs of {e.name} (dse trace --option / dse sim --option / study search.knobs)")
     for col in ("knob", "read by", "valid", "default", "what it is"):
