@@ -13,7 +13,7 @@ __all__ = [
     "SHADOWKV_BATCHES",
     "SHADOWKV_BUDGET",
     "SHADOWKV_INFINITE_BATCH",
-    "SHADOWKV_ISSUE_MODELS",
+    "SHADOWKV_TARGET_MODELS",
     "SHADOWKV_PUBLISHED",
 ]
 
@@ -22,7 +22,7 @@ __all__ = [
 # generated tokens, sparse budget 1024/2048/4096, the `configs` table's baseline and ShadowKV batch sizes
 # per model and length); chunk 8, rank 160, local window 4 chunks (models/kv_cache.py:395-398). The SVD is
 # not re-run while decoding in this code. The whole table: the two Llama-3 models (8 KV heads; the rows
-# issue 10 names) and GLM-4-9B-1M and Yi-9B-200K (4 KV heads).
+# the target rows) and GLM-4-9B-1M and Yi-9B-200K (4 KV heads).
 SHADOWKV_BUDGET = {60: 1024, 122: 2048, 244: 4096}  # context K -> sparse budget (e2e.py)
 SHADOWKV_BATCHES = {  # (model, context K): (baseline batch, ShadowKV batch), e2e.py `configs`
     ("llama-3-8b-1m", 60): (8, 48),
@@ -68,7 +68,7 @@ SHADOWKV_INFINITE_BATCH = {
     ("yi-9b-200k", 122): 179.06,
     ("yi-9b-200k", 244): 89.53,
 }
-SHADOWKV_ISSUE_MODELS = ("llama-3-8b-1m", "llama-3.1-8b")  # the models issue 10 names
+SHADOWKV_TARGET_MODELS = ("llama-3-8b-1m", "llama-3.1-8b")  # the models of the target rows
 
 # ----- Quest (Tang et al., ICML 2024, arXiv 2406.10774) -----
 QUEST_SELF_ATTENTION_SPEEDUP = 7.03  # Sec. 4.3.1, Fig. 9: FlashInfer / Quest self-attention time, 32K

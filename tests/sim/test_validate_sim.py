@@ -35,7 +35,7 @@ def test_rows_name_source_setup_and_published_value() -> None:
 def test_issue_rows_are_the_19_named_and_shadowkv_table_is_whole() -> None:
     vs = _module()
     rows = vs.all_rows()
-    assert sum(r.named for r in rows) == 19  # the rows issue 10 names; its tally counts these
+    assert sum(r.named for r in rows) == 19  # the target rows; its tally counts these
     shadowkv = [r for r in rows if r.key.startswith("shadowkv/")]
     assert len(shadowkv) == 3 * len(vs._SHADOWKV_PUBLISHED) == 33  # full, ShadowKV, projection per cell
     assert {r.key.split("/")[1] for r in shadowkv if not r.named} == {"glm-4-9b-1m", "yi-9b-200k"}
@@ -45,7 +45,7 @@ def test_tallies_keep_measurements_and_projections_apart(capsys) -> None:
     assert _module().main(["--only", "shadowkv/yi-9b-200k/60k", "--mode", "as-published"]) == 0
     out = capsys.readouterr().out
     assert "all measured rows (2):" in out and "all rows, with the authors' projections (3):" in out
-    assert "issue 10 names" not in out  # no named row selected
+    assert "target rows" not in out  # no named row selected
     assert "reproduces all 11 infinite-batch figures" in out
 
 
@@ -70,7 +70,7 @@ def test_tally_groups_headline_is_named_measured_rows() -> None:
     vs = _module()
     results = vs.evaluate([r for r in vs.all_rows() if r.key.startswith("shadowkv/llama-3.1-8b/60k")])
     labels = [label for label, _ in vs.tally_groups(results)]
-    assert labels[0] == "measured rows issue 10 names"
+    assert labels[0] == "measured target rows"
     assert [len(g) for _, g in vs.tally_groups(results)] == [2, 3]  # repeated groups left out
 
 
