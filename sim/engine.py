@@ -159,43 +159,10 @@ def run_simulation(
         return _out_of_memory(prep, demand, mem, engine)
     sync_s = engine_sync_s(cfg, ctx.profile, ctx.software)
     engines = CopyEngines.from_profile(ctx.profile)
-    record = sorted(set(timeline_steps))
-    if engine == "aggregated":
-        sched = run_schedule(template, prep.work, sync_s, record, copy_engines=engines)
-        ends, stall, events = sched.step_end_s, sched.stall_s, sched.events
-        busy, link_busy = sched.busy_s, sched.link_busy_s
-    elif engine == "simpy":
-        from sim.actors import simulate_simpy
-
-        fine = simulate_simpy(template, prep.work, sync_s, record, copy_engines=engines)
-        ends, events, link_busy = fine.step_end_s, fine.events, fine.link_busy_s
-        durations = prep.durations_s
-        busy = {op.name: float(durations[op.name].sum()) for op in template if "compute" in op.resources}
-        stall = _stall_from_ends(busy, ends)
-    else:
-        raise SimInputError(f"engine must be 'aggregated' or 'simpy', got {engine!r}")
-    n_steps = len(ends)
+    ends, stall, events, busy, link_busy = _timed(prep, engine, sync_s, engines, sorted(set(timeline_steps)))
     latency = np.diff(np.concatenate([[0.0], ends]))
-    breakdown: dict[str, float] = {}
-    categories = {op.name: op.category for op in template}
-    for op in template:
-        value = (busy.get(op.name, 0.0) + stall.get(op.name, 0.0)) / n_steps
-        if value > 0.0:
-            breakdown[op.name] = value
-        host_key = f"{op.name}.host"  # compute-stream idle while the host was busy issuing this op
-        if stall.get(host_key, 0.0) > 0.0:
-            breakdown[host_key] = stall[host_key] / n_steps
-            categories[host_key] = "host"
-    if "idle" in stall:  # compute-stream idle time not attributed to an op (always so with SimPy)
-        breakdown["idle"] = stall["idle"] / n_steps
-    link_bytes = {"h2d": 0.0, "d2h": 0.0}
-    for op in template:
-        item = prep.work[op.name]
-        if isinstance(item, Transfer):
-            per_copy = np.broadcast_to(
-                np.asarray(item.bytes_per_copy, dtype=np.float64), np.shape(item.n_copies)
-            )
-            link_bytes[item.direction] += float((np.asarray(item.n_copies) * per_copy).sum())
+    breakdown, categories = _breakdown(template, busy, stall, len(ends))
+    link_bytes = _link_bytes(prep)
     prefill = prep.method.prefill(ctx)
     notes = _demand_notes(prep, demand)
 
@@ -215,6 +182,55 @@ def run_simulation(
         _events=events,
         _replay=replay,
     )
+
+
+def _timed(prep: Prepared, engine: str, sync_s: float, engines: CopyEngines,
+           record: list[int]) -> tuple[np.ndarray, dict, list, dict, dict]:
+    """(step end times, stall seconds by key, recorded events, busy seconds of compute-stream ops, link
+    busy seconds) of the prepared steps on `engine`."""
+    template = prep.template
+    if engine == "aggregated":
+        sched = run_schedule(template, prep.work, sync_s, record, copy_engines=engines)
+        return sched.step_end_s, sched.stall_s, sched.events, sched.busy_s, sched.link_busy_s
+    if engine == "simpy":
+        from sim.actors import simulate_simpy
+
+        fine = simulate_simpy(template, prep.work, sync_s, record, copy_engines=engines)
+        durations = prep.durations_s
+        busy = {op.name: float(durations[op.name].sum()) for op in template if "compute" in op.resources}
+        return fine.step_end_s, _stall_from_ends(busy, fine.step_end_s), fine.events, busy, fine.link_busy_s
+    raise SimInputError(f"engine must be 'aggregated' or 'simpy', got {engine!r}")
+
+
+def _breakdown(template: tuple[OpSpec, ...], busy: dict, stall: dict,
+               n_steps: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Seconds per token on the critical path by op (and "<op>.host", "idle"), and each key's category."""
+    breakdown: dict[str, float] = {}
+    categories = {op.name: op.category for op in template}
+    for op in template:
+        value = (busy.get(op.name, 0.0) + stall.get(op.name, 0.0)) / n_steps
+        if value > 0.0:
+            breakdown[op.name] = value
+        host_key = f"{op.name}.host"  # compute-stream idle while the host was busy issuing this op
+        if stall.get(host_key, 0.0) > 0.0:
+            breakdown[host_key] = stall[host_key] / n_steps
+            categories[host_key] = "host"
+    if "idle" in stall:  # compute-stream idle time not attributed to an op (always so with SimPy)
+        breakdown["idle"] = stall["idle"] / n_steps
+    return breakdown, categories
+
+
+def _link_bytes(prep: Prepared) -> dict[str, float]:
+    """Bytes moved over the host link per direction by the prepared transfers."""
+    link_bytes = {"h2d": 0.0, "d2h": 0.0}
+    for op in prep.template:
+        item = prep.work[op.name]
+        if isinstance(item, Transfer):
+            per_copy = np.broadcast_to(
+                np.asarray(item.bytes_per_copy, dtype=np.float64), np.shape(item.n_copies)
+            )
+            link_bytes[item.direction] += float((np.asarray(item.n_copies) * per_copy).sum())
+    return link_bytes
 
 
 def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str) -> dict:
