@@ -71,7 +71,7 @@ def method_kind(method: str) -> str:
 def check_search_knobs(search: Any) -> None:
     """Validate search.knobs (a SearchSection): searched methods only, knob names and values valid for
     the method, FreeKV's top-level knobs not given twice. Raises ValueError naming the YAML key."""
-    from dse.study import FREEKV_TOP_LEVEL, KnobRange
+    from dse.study_search import FREEKV_TOP_LEVEL, KnobRange
 
     for method, knobs in search.knobs.items():
         where = f"search.knobs.{method}"
@@ -97,7 +97,7 @@ def check_search_knobs(search: Any) -> None:
 def check_untuned(baselines: Any) -> None:
     """Validate baselines.untuned (a Baselines): searchable methods, knob names and values, the budget
     convention. Raises ValueError naming the YAML key."""
-    from dse.study import Knobs, SearchSection
+    from dse.study_search import Knobs, SearchSection
 
     if "freekv" in baselines.untuned and baselines.untuned_freekv is not None \
             and "untuned_freekv" in baselines.model_fields_set:
