@@ -50,12 +50,12 @@ from dse.preflight import check_before_compute
 from dse.search_space import SearchSpace, TrialConfig, untuned_configs
 from dse.study import Study
 from dse.sweep_storage import (
-    counts_toward_budget,
     open_storage,
     recover_interrupted,
     requeue,
     storage_errors,
 )
+from dse.trial_claims import budget_rank, claim, complete_twin
 
 __all__ = ["SweepSummary", "Sweep", "TrialFailed", "MAX_SKIPPED_IN_ROW", "sampler_seed"]
 
@@ -258,45 +258,13 @@ class Sweep:
 
     # -- the objective -------------------------------------------------------------------------------
 
-    def _rank(self, number: int) -> int:
-        slots = sorted(t.number for t in self.ostudy.get_trials(deepcopy=False) if counts_toward_budget(t))
-        return slots.index(number) if number in slots else len(slots)
-
-    def _find_duplicate(self, key: str, number: int) -> Any | None:
-        from optuna.trial import TrialState
-
-        for t in self.ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            ua = t.user_attrs
-            if t.number != number and ua.get("config_key") == key and ua.get("duplicate_of") is None:
-                return t
-        return None
-
-    def _claim(self, trial: Any, knobs: TrialConfig) -> str | None:
-        """Record `knobs` on `trial` unless another trial already measured, is measuring or failed on
-        the same configuration while the space still holds untaken ones: then return why (redraw).
-        Check and claim happen under a file lock shared by the workers of this machine."""
-        key = knobs.key()
-        with exclusive(self.out_dir / "claims.lock"):
-            taken: dict[str, Any] = {}
-            for t in self.ostudy.get_trials(deepcopy=False):
-                k = t.user_attrs.get("config_key")
-                if k is not None and t.number != trial.number and counts_toward_budget(t):
-                    taken.setdefault(k, t)
-            twin = taken.get(key)
-            if twin is not None and (self.n_valid is None or len(taken) < self.n_valid):
-                state = twin.state.name.lower()
-                return f"duplicate: trial #{twin.number} ({state}) has this configuration; redrawn"
-            trial.set_user_attr("config", knobs.to_dict())
-            trial.set_user_attr("config_key", key)
-        return None
-
     def choose(self, trial: Any) -> TrialConfig:
         """The configuration `trial` measures, recorded on it; optuna.TrialPruned (attribute `skipped`)
         for a surplus trial, an invalid combination or a configuration another trial has taken."""
         import optuna
 
         trial.set_user_attr("worker", {"host": self.host, "pid": os.getpid()})
-        if self._rank(trial.number) >= self.budget:
+        if budget_rank(self.ostudy, trial.number) >= self.budget:
             trial.set_user_attr("skipped", "surplus: the trial budget was already full")
             raise optuna.TrialPruned("over budget")
         knobs = self.space.suggest(trial)
@@ -304,7 +272,7 @@ class Sweep:
         if reason is not None:
             trial.set_user_attr("skipped", f"invalid combination: {reason}")
             raise optuna.TrialPruned(reason)
-        taken = self._claim(trial, knobs)
+        taken = claim(self.ostudy, trial, knobs, self.out_dir / "claims.lock", self.n_valid)
         if taken is not None:
             trial.set_user_attr("skipped", taken)
             raise optuna.TrialPruned(taken)
@@ -318,7 +286,7 @@ class Sweep:
         dense = self.ostudy.user_attrs.get("dense", {}).get("accuracy")
         if dense is not None:
             trial.set_user_attr("dense_accuracy", dense)
-        twin = self._find_duplicate(knobs.key(), trial.number)
+        twin = complete_twin(self.ostudy, knobs.key(), trial.number)
         if twin is not None:
             for k, v in twin.user_attrs.items():
                 if k not in ("worker", "config", "config_key", "requeued_from"):
