@@ -90,7 +90,6 @@ __all__ = [
     "MemoryNeed",
     "CostContext",
     "Method",
-    "GroupOptionMethod",
 ]
 
 RESOURCES = ("compute", "side", "recall_sync", "recall_bg", "offload", "h2d", "d2h")  # link: ignored
@@ -312,14 +311,3 @@ class Method(ABC):
     def prefill(self, ctx: CostContext) -> dict[str, float]:
         """Prefill seconds by operation for the whole batch (default: dense prefill of the prompt)."""
         return ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
-
-
-@dataclass(frozen=True)
-class GroupOptionMethod(Method):
-    """A method whose page sets are per query head, or per KV head when its knob `group_consistent`
-    (FreeKV's evaluation made Quest and RaaS group-consistent); the catalogue sets the default."""
-
-    def sets_per_layer(self, model: ModelSpec) -> int:
-        """Page sets per sequence and layer (each read and kept on its own): KV heads if group-consistent,
-        else query heads."""
-        return model.n_kv_heads if self.knobs.group_consistent else model.n_qo_heads
