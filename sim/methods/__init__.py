@@ -1,8 +1,10 @@
 """Simulated KV methods by name, from the method catalogue (traces.catalogue): every entry with a model.
 
 `method_names()` lists them in the catalogue's order; `method_class(name)` imports one model class;
-`get_method(cfg)` builds the method of a SimConfig with its knobs. Adding a method: one module here with a
-`Method` subclass (sim/methods/base.py) and its catalogue entry naming it ("sim.methods.<file>:<Class>").
+`get_method(cfg)` builds the method of a SimConfig with its knobs. Adding a method: one module here whose
+`DecoderMethod` subclass (sim/methods/decoder_layer.py) declares its own operations on the shared decoder
+layer (sim/methods/base.py, "Adding a method"), and its catalogue entry naming it
+("sim.methods.<file>:<Class>").
 """
 
 from __future__ import annotations

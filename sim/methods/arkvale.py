@@ -69,16 +69,29 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.errors import SimInputError
-from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
-from sim.methods.eager import EXT_HF_FFN, EXT_KERNEL, HF_OUT_PROJ
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import (
+    DecoderMethod,
+    OwnOps,
+    attention_over,
+    layer_split,
+    prefill_offload_exposed_s,
+)
+from sim.methods.eager import DecoderRecipe, ext_hf_decoder
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["ArkVale"]
+__all__ = ["ArkVale", "ARKVALE_DECODER"]
+
+# HF Llama patched by ArkVale (module docstring): qkv, attention, out_proj, ffn, lm_head + generate glue
+ARKVALE_DECODER = ext_hf_decoder(
+    qkv=HostOps(torch_ops=3, ext_calls=3, cpp_launches=3, python_ops=3, python_layers=1),
+    step=HostOps(torch_ops=6, readbacks=1),
+)
 
 
 @dataclass(frozen=True)
-class ArkVale(Method):
+class ArkVale(DecoderMethod):
     """ArkVale (module docstring). group_heads: KV heads per selection group; issue_overhead_s: s/copy."""
 
     sources: ClassVar[tuple[str, ...]] = (
@@ -91,18 +104,19 @@ class ArkVale(Method):
         "(the demand of benchmarks/validate_sim.py)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("plan", (), category="host"),
-            OpSpec("qkv", ("compute",)),
-            OpSpec("digest", ("compute",), category="other"),
-            OpSpec("backup", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
-            OpSpec("select", ("compute",), host_sync=True, category="select"),
-            OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
-            OpSpec("attention", ("compute",), (Dep("recall"),)),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
+    def recipe(self) -> DecoderRecipe:
+        return ARKVALE_DECODER
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        return OwnOps(
+            before_qkv=(OpSpec("plan", (), category="host"),),
+            after_qkv=(
+                OpSpec("digest", ("compute",), category="other"),
+                OpSpec("backup", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
+                OpSpec("select", ("compute",), host_sync=True, category="select"),
+                OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
+            ),
+            attention_deps=(Dep("recall"),),
         )
 
     def _group_heads(self, model: ModelSpec) -> int:
@@ -113,56 +127,30 @@ class ArkVale(Method):
             )
         return self.knobs.group_heads
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
+    def _ideal_issue_s(self, ctx: CostContext) -> float:
+        """Host seconds per copy in ideal mode: the driver's cost + `issue_overhead_s`."""
+        return ctx.profile.link.copy_issue_s + self.knobs.issue_overhead_s
+
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return attention_over(ctx, np.minimum(ctx.demand.context_tokens, ctx.cfg.budget_tokens))
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
         dense = dem.dense_layer[None, :]
-        gh = self._group_heads(m)
-        # a group's share of a page: K and V, p tokens each, gh heads of d elements per token (NHD)
-        copy_bytes = 2 * p * gh * d * dt
-        run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
-        # recalled (sequence, KV head, page): the trace's fetched tokens / p (ArkVale's own trace; FreeKV's
-        # missed pages x p when transplanted or synthetic); a group recalls a page once for its gh heads
-        pages = -(-dem.fetched_tokens // p)
-        copies = -(-pages // gh)
-        copies = np.where(dense, 0, copies).astype(np.int64)
-        select = ctx.full(cost.select_s(dem.candidate_pages))
         has_candidates = (dem.candidate_pages > 0)[:, None] & ~dense
         page_done = ((dem.context_tokens % p) == 0)[:, None] & ~dense  # (S, L)
         page_all_heads = 2 * p * m.n_kv_heads * d * dt
         digest = float(cost.kernel_s(4.0 * b * m.n_kv_heads * p * d, b * m.n_kv_heads * (p + 2) * d * dt, 1))
-        tokens = np.where(
-            dense, dem.context_tokens[:, None], np.minimum(dem.context_tokens, cfg.budget_tokens)[:, None]
-        )
         pub = ctx.as_published
-        sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
-        groups = m.n_kv_heads // gh
         plan = np.zeros(ctx.shape)
-        plan[:, 0] = host_s(ctx, HostOps(python_ops=4 * m.n_layers, ext_calls=1, cpp_launches=1, readbacks=1))
-        # recall loop: per (sequence, group) 1 read-back (nr == 0) + 1 Python step; for groups with a
-        # miss (infer_state.py:418-419 skip the others) + 2 read-backs (slice bounds) + 2 eager adds + 2
-        # Python steps; per page 2 read-backs (CUDA-scalar indexing) + 4 Python steps + 1 copy_.
-        # Groups with a miss: at most one per copy (the demand has no per-group counts).
-        missed_groups = np.minimum(b * groups, copies)
-        loop = b * groups * host_s(ctx, HostOps(readbacks=1, python_ops=1)) + missed_groups * host_s(
-            ctx, HostOps(readbacks=2, torch_ops=2, python_ops=2)
-        )
-        per_page = host_s(ctx, HostOps(readbacks=2, python_ops=4, torch_copies=1))
-        recall_copy_s = float(cost.copy_s(copy_bytes, run_bytes, "h2d"))
-        # as published the host waits for each copy before the next page's read-back (docstring)
-        recall_issue = per_page + recall_copy_s if pub else link.copy_issue_s + self.knobs.issue_overhead_s
-        backup_issue = (
-            host_s(ctx, HostOps(torch_copies=1)) if pub else link.copy_issue_s + self.knobs.issue_overhead_s
-        )
+        prepare = HostOps(python_ops=4 * m.n_layers, ext_calls=1, cpp_launches=1, readbacks=1)
+        plan[:, 0] = host_s(ctx, prepare)
+        backup_issue = host_s(ctx, HostOps(torch_copies=1)) if pub else self._ideal_issue_s(ctx)
         digest_host = host_s(ctx, HostOps(torch_ops=6, python_ops=b))
+        select = ctx.full(cost.select_s(dem.candidate_pages))
         return {
             "plan": Kernel(np.zeros(ctx.shape), host_s=plan),
-            "qkv": Kernel(
-                ctx.full(cost.qkv_s()),
-                host_s=host_s(
-                    ctx, HostOps(torch_ops=3, ext_calls=3, cpp_launches=3, python_ops=3, python_layers=1)
-                ),
-            ),
             "digest": Kernel(np.where(page_done, digest, 0.0), host_s=np.where(page_done, digest_host, 0.0)),
             "backup": Transfer(
                 direction="d2h",
@@ -179,34 +167,55 @@ class ArkVale(Method):
                     has_candidates, host_s(ctx, HostOps(ext_calls=2, cpp_launches=2, python_ops=10)), 0.0
                 ),
             ),
-            "recall": Transfer(
-                direction="h2d",
-                n_copies=copies,
-                copy_s=recall_copy_s,
-                bytes_per_copy=copy_bytes,
-                issue_s=recall_issue,
-                issue_threads=1,
-                host_s=np.where(has_candidates, loop, 0.0) * sparse,
-                issuer="host" if pub else "pool",
-            ),
-            "attention": Kernel(
-                np.asarray(cost.attention_s(tokens), dtype=np.float64),
-                host_s=host_s(ctx, EXT_KERNEL),
-            ),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s()), host_s=host_s(ctx, HF_OUT_PROJ)),
-            "ffn": Kernel(ctx.full(cost.ffn_s()), host_s=host_s(ctx, EXT_HF_FFN)),
-            "lm_head": Kernel(
-                ctx.last_layer_only(cost.lm_head_s()),
-                host_s=ctx.last_layer_only(host_s(ctx, HostOps(torch_ops=6, readbacks=1))),
-            ),
+            "recall": self._recall(ctx, has_candidates),
         }
+
+    def _recall(self, ctx: CostContext, has_candidates: np.ndarray) -> Transfer:
+        """The blocking recall of the missed pages (module docstring), one copy per (sequence, group,
+        page); as published, issued by the main thread's Python loop."""
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+        b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
+        dense = dem.dense_layer[None, :]
+        gh = self._group_heads(m)
+        # a group's share of a page: K and V, p tokens each, gh heads of d elements per token (NHD)
+        copy_bytes = 2 * p * gh * d * dt
+        run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
+        # recalled (sequence, KV head, page): the trace's fetched tokens / p (ArkVale's own trace; FreeKV's
+        # missed pages x p when transplanted or synthetic); a group recalls a page once for its gh heads
+        pages = -(-dem.fetched_tokens // p)
+        copies = -(-pages // gh)
+        copies = np.where(dense, 0, copies).astype(np.int64)
+        sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
+        groups = m.n_kv_heads // gh
+        # recall loop: per (sequence, group) 1 read-back (nr == 0) + 1 Python step; for groups with a
+        # miss (infer_state.py:418-419 skip the others) + 2 read-backs (slice bounds) + 2 eager adds + 2
+        # Python steps; per page 2 read-backs (CUDA-scalar indexing) + 4 Python steps + 1 copy_.
+        # Groups with a miss: at most one per copy (the demand has no per-group counts).
+        missed_groups = np.minimum(b * groups, copies)
+        loop = b * groups * host_s(ctx, HostOps(readbacks=1, python_ops=1)) + missed_groups * host_s(
+            ctx, HostOps(readbacks=2, torch_ops=2, python_ops=2)
+        )
+        per_page = host_s(ctx, HostOps(readbacks=2, python_ops=4, torch_copies=1))
+        recall_copy_s = float(cost.copy_s(copy_bytes, run_bytes, "h2d"))
+        # as published the host waits for each copy before the next page's read-back (docstring)
+        pub = ctx.as_published
+        recall_issue = per_page + recall_copy_s if pub else self._ideal_issue_s(ctx)
+        return Transfer(
+            direction="h2d",
+            n_copies=copies,
+            copy_s=recall_copy_s,
+            bytes_per_copy=copy_bytes,
+            issue_s=recall_issue,
+            issue_threads=1,
+            host_s=np.where(has_candidates, loop, 0.0) * sparse,
+            issuer="host" if pub else "pool",
+        )
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """GPU: budget tokens per KV head + digests on sparse layers, full KV on dense ones. Host: all KV."""
         per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
         ctx_tokens = cfg.max_context_tokens
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
+        n_sparse, n_dense = layer_split(cfg, model)
         pages = -(-ctx_tokens // cfg.page_size)
         gpu = per_token_layer * (
             n_sparse * (min(cfg.budget_tokens, ctx_tokens) + pages) + n_dense * ctx_tokens
@@ -222,7 +231,5 @@ class ArkVale(Method):
         parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
         m, cfg = ctx.model, ctx.cfg
         layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
-        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
-        compute_layer = sum(parts.values()) / m.n_layers
-        parts["prefill_offload_exposed"] = m.n_layers * max(0.0, offload_layer - compute_layer)
+        parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, m.n_layers)
         return parts

@@ -52,12 +52,28 @@ it and shows under the key "<op>.host" (the op whose host_s or copy issue the ho
 category "host". Categories group operations: "select", "recall" and "host" (host-bound time) make
 `critical_share`.
 
-Adding a method: a module `sim/methods/<name>.py` with a `Method` subclass (a frozen dataclass) and the
-method's catalogue entry naming it (traces.catalogue: the entry holds its knobs dataclass, which
+Adding a method = one file, `sim/methods/<name>.py`, declaring only its own operations, plus the method's
+catalogue entry naming its class (traces.catalogue: the entry holds its knobs dataclass, which
 `from_config` builds from `SimConfig.method_options` into `self.knobs`, and the runtime policy whose traces
 it prices, `self.replays`: a trace of another policy is refused unless SimConfig.transplant_method).
-Document every assumption with its source in the class docstring and in `sources`. Reuse the cost model
-(`ctx.cost`) for every duration; never hard-code a time.
+The class (a frozen dataclass) subclasses `sim.methods.decoder_layer.DecoderMethod` (`GroupOptionMethod`
+when its sets are per query head or per KV head by the knob `group_consistent`): the skeleton owns the
+decoder layer every method runs (`qkv`, `attention`, `out_proj`, `ffn` on the compute stream, `lm_head`
+at the last layer with the host sync per step, their cost-model work, dense layers attending the whole
+context) and assembles `template` and `work`. The model declares:
+- `own_ops(ctx)`: an `OwnOps` of its operations by place (before `qkv`, after `qkv`, after `attention`,
+  after `out_proj`, after `ffn`), each an `OpSpec` with its queues, deps, host sync and category; what
+  `attention` waits for (`attention_deps`); the shared ops after which the host waits (`syncs`);
+- `own_work(ctx)`: their work (Kernel or Transfer, host seconds included; 0 in "ideal" mode);
+- `attention_s(ctx)`: its attention's (S, L) GPU seconds (`attention_over`, `layer_attention_s` keep
+  dense layers on the whole context);
+- `recipe()`: the `DecoderRecipe` (sim/methods/eager.py) of the decoder its public code runs, which
+  prices the shared ops as published (default: a stock HF eager decoder; `FREEKV_DECODER`, or its own
+  recipe for a patched decoder, with `with_attention` for its own attention forward);
+- `memory(cfg, model)`, and `prefill(ctx)` when the prefill is more than dense.
+A method whose layer is not this decoder may subclass `Method` and write `template` and `work` itself.
+Document every assumption with its source in the module and class docstrings and in `sources`. Reuse the
+cost model (`ctx.cost`) for every duration; never hard-code a time.
 """
 
 from __future__ import annotations
@@ -90,7 +106,6 @@ __all__ = [
     "MemoryNeed",
     "CostContext",
     "Method",
-    "GroupOptionMethod",
 ]
 
 RESOURCES = ("compute", "side", "recall_sync", "recall_bg", "offload", "h2d", "d2h")  # link: ignored
@@ -312,14 +327,3 @@ class Method(ABC):
     def prefill(self, ctx: CostContext) -> dict[str, float]:
         """Prefill seconds by operation for the whole batch (default: dense prefill of the prompt)."""
         return ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
-
-
-@dataclass(frozen=True)
-class GroupOptionMethod(Method):
-    """A method whose page sets are per query head, or per KV head when its knob `group_consistent`
-    (FreeKV's evaluation made Quest and RaaS group-consistent); the catalogue sets the default."""
-
-    def sets_per_layer(self, model: ModelSpec) -> int:
-        """Page sets per sequence and layer (each read and kept on its own): KV heads if group-consistent,
-        else query heads."""
-        return model.n_kv_heads if self.knobs.group_consistent else model.n_qo_heads

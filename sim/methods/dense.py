@@ -20,26 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, MemoryNeed
+from sim.methods.decoder_layer import DecoderMethod, context_attention_s
+from sim.methods.eager import FREEKV_DECODER, HF_DECODER, DecoderRecipe
 from traces.models import ModelSpec
 
-__all__ = ["Dense", "DENSE_LAYER_OPS"]
-
-
-# One decoder layer with attention over the KV on the GPU: no selection, no transfers.
-DENSE_LAYER_OPS = (
-    OpSpec("qkv", ("compute",)),
-    OpSpec("attention", ("compute",)),
-    OpSpec("out_proj", ("compute",)),
-    OpSpec("ffn", ("compute",)),
-    OpSpec("lm_head", ("compute",), host_sync=True),
-)
+__all__ = ["Dense"]
 
 
 @dataclass(frozen=True)
-class Dense(Method):
+class Dense(DecoderMethod):
+    """The shared decoder layer alone, attending the whole context (module docstring)."""
 
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
@@ -47,18 +41,11 @@ class Dense(Method):
         "FreeKV paper (arXiv 2505.13109): full-KV baseline",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return DENSE_LAYER_OPS
+    def recipe(self) -> DecoderRecipe:
+        return FREEKV_DECODER if self.knobs.runtime == "freekv" else HF_DECODER
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cost = ctx.cost
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(ctx.full(cost.attention_s(ctx.demand.context_tokens))),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, decoder_host_s(ctx, self.knobs.runtime))
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return context_attention_s(ctx)
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         return MemoryNeed(

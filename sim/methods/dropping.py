@@ -7,7 +7,8 @@ min(context, budget_tokens) tokens per KV head (per query head when not group-co
 keep and attend the whole context. The helpers here price that cache: the attention over it (a fused
 flash-style kernel, or the public codes' eager attention), its bytes, and the per-step eviction of one
 token once the budget is full. Each method adds its own scoring on top (H2O's accumulated attention,
-RaaS's timestamps, SnapKV's prefill votes).
+RaaS's timestamps, SnapKV's prefill votes) as its own ops after the shared attention of the decoder-layer
+skeleton (sim/methods/decoder_layer.py), on sparse layers only (`own_kernels`).
 """
 
 from __future__ import annotations
@@ -15,46 +16,27 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Kernel, MemoryNeed, OpSpec, Work
-from sim.methods.dense import DENSE_LAYER_OPS
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, Kernel, MemoryNeed
+from sim.methods.decoder_layer import layer_attention_s, layer_split
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
-__all__ = ["kept_tokens", "budget_attention_s", "eager_attention_s", "budget_memory", "layer_split",
-           "attended_tokens", "layer_template", "layer_work"]
+__all__ = ["kept_tokens", "budget_attention_s", "eager_attention_s", "budget_memory", "attended_tokens",
+           "own_kernels"]
 
 
-def layer_template(*own: OpSpec) -> tuple[OpSpec, ...]:
-    """One decoder layer on the GPU: qkv, attention, the method's own ops `own` (scoring, eviction), then
-    out_proj, ffn and the LM head (dense's layer when `own` is empty)."""
-    return (*DENSE_LAYER_OPS[:2], *own, *DENSE_LAYER_OPS[2:])
-
-
-def layer_work(
-    ctx: CostContext,
-    attention_s: np.ndarray,
-    attention_host: HostOps,
-    own_s: dict[str, np.ndarray] | None = None,
-    own_host: dict[str, HostOps] | None = None,
-) -> dict[str, Work]:
-    """Work of `layer_template`: the shared decoder ops, attention `attention_s` (S, L), and each own op's
-    seconds (scalar, (S,) or (S, L)), zero on dense layers. As published: a stock HF eager decoder whose
-    attention recipe is `attention_host`, plus each own op's HostOps wherever that op does work."""
-    cost, dense = ctx.cost, ctx.demand.dense_layer[None, :]
-    own = {op: np.where(dense, 0.0, ctx.full(seconds)) for op, seconds in (own_s or {}).items()}
-    host = decoder_host_s(ctx, "hf", attention_host)
-    if host:
-        for op, ops in (own_host or {}).items():
-            host[op] = np.where(own[op] > 0, ops.seconds(ctx.software), 0.0)
-    return with_host({
-        "qkv": Kernel(ctx.full(cost.qkv_s())),
-        "attention": Kernel(np.asarray(attention_s, dtype=np.float64)),
-        **{op: Kernel(seconds) for op, seconds in own.items()},
-        "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-        "ffn": Kernel(ctx.full(cost.ffn_s())),
-        "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-    }, host)
+def own_kernels(
+    ctx: CostContext, seconds: dict[str, np.ndarray], host: dict[str, HostOps]
+) -> dict[str, Kernel]:
+    """Kernels of a dropping method's own ops: each op's `seconds` (scalar, (S,) or (S, L)) on sparse
+    layers, 0 on dense ones; as published, each op's HostOps `host[op]` wherever that op does work."""
+    dense = ctx.demand.dense_layer[None, :]
+    own = {op: np.where(dense, 0.0, ctx.full(s)) for op, s in seconds.items()}
+    if not ctx.as_published:
+        return {op: Kernel(s) for op, s in own.items()}
+    sw = ctx.software
+    assert sw is not None
+    return {op: Kernel(s, host_s=np.where(s > 0, host[op].seconds(sw), 0.0)) for op, s in own.items()}
 
 
 def kept_tokens(ctx: CostContext) -> np.ndarray:
@@ -80,8 +62,7 @@ def budget_attention_s(ctx: CostContext, sets: int) -> np.ndarray:
         b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
         1,
     )
-    dense = ctx.demand.dense_layer[None, :]
-    return np.where(dense, ctx.full(cost.attention_s(ctx.demand.context_tokens)), ctx.full(sparse))
+    return layer_attention_s(ctx, sparse)
 
 
 def eager_attention_s(ctx: CostContext, tokens: np.ndarray, sets: int) -> np.ndarray:
@@ -100,12 +81,6 @@ def eager_attention_s(ctx: CostContext, tokens: np.ndarray, sets: int) -> np.nda
     matmuls = b * m.n_qo_heads * kv + 2 * scores
     flops = 4.0 * b * m.n_qo_heads * tokens * d
     return cost.kernel_s(flops, repeat + matmuls + 4 * 2 * scores, 8)
-
-
-def layer_split(cfg: SimConfig, model: ModelSpec) -> tuple[int, int]:
-    """(sparse layers, dense layers) of the config on the model."""
-    n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-    return model.n_layers - n_dense, n_dense
 
 
 def budget_memory(

@@ -6,22 +6,30 @@ calls by API, syncs, read-backs, thread hand-offs) as a `HostOps` (sim/methods/h
 pricing of host-op counts with a software profile). Counts are read from the public code named at each
 recipe; where a count is approximate the comment says so. The "ideal" implementation mode never uses these.
 
-Two decoders are described:
-- `HF_*`: a stock Hugging Face transformers Llama decoder in eager mode (transformers
+A `DecoderRecipe` gathers the recipes of the shared decoder-layer ops (qkv, attention, out_proj, ffn, the
+per-step LM head and sampling, an optional per-step preparation) that the decoder-layer skeleton
+(sim/methods/decoder_layer.py) charges as published. Two decoders are described here:
+- `HF_*`, `HF_DECODER`: a stock Hugging Face transformers Llama decoder in eager mode (transformers
   models/llama/modeling_llama.py, v4.4x: LlamaRMSNorm, LlamaAttention with apply_rotary_pos_emb,
   DynamicCache.update, repeat_kv, sdpa; generation/utils.py `_sample` loop).
-- `FREEKV_*`: the official FreeKV runtime (rooikeee/FreeKV at 074f14d, `source/`): the same HF model
-  with its attention, RMSNorm, MLP and LM head forwards patched (source/freekv/adapter/modeling.py
-  `enable_offload` 315-390) to call the C++/CUDA extension `freekv_cpp` and flashinfer.
+- `FREEKV_*`, `FREEKV_DECODER`: the official FreeKV runtime (rooikeee/FreeKV at 074f14d, `source/`): the
+  same HF model with its attention, RMSNorm, MLP and LM head forwards patched
+  (source/freekv/adapter/modeling.py `enable_offload` 315-390) to call the C++/CUDA extension
+  `freekv_cpp` and flashinfer.
+Decoders patched by a method's own code (Quest, ArkVale, ShadowKV, FlexGen for InfiniGen) have their
+recipe in that method's module, built from the pieces here where they are the same (`EXT_*`, `HF_OUT_PROJ`).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, replace
 
 from sim.methods.host_costs import HostOps
 
 __all__ = [
+    "DecoderRecipe",
+    "HF_DECODER",
+    "FREEKV_DECODER",
     "HF_QKV",
     "HF_ATTENTION",
     "HF_OUT_PROJ",
@@ -35,9 +43,33 @@ __all__ = [
     "FREEKV_STEP_PREPARE",
     "EXT_KERNEL",
     "EXT_HF_FFN",
-    "decoder_host_s",
-    "with_host",
+    "ext_hf_decoder",
 ]
+
+
+@dataclass(frozen=True)
+class DecoderRecipe:
+    """Host ops of the shared decoder-layer operations (sim/methods/decoder_layer.py) as one public code
+    runs them: qkv, attention, out_proj and ffn per layer; `step` once per step at the last layer (final
+    norm, LM head, sampling glue and the token's read-back: the `lm_head` op); `prepare` once per step at
+    layer 0, charged on `qkv`, plus `prepare_per_layer` times the model's layers (Python loops over the
+    layers' caches)."""
+
+    qkv: HostOps
+    attention: HostOps
+    out_proj: HostOps
+    ffn: HostOps
+    step: HostOps
+    prepare: HostOps = HostOps()
+    prepare_per_layer: HostOps = HostOps()
+
+    def with_attention(self, attention: HostOps) -> DecoderRecipe:
+        """The same decoder with the attention recipe replaced (a method's own attention forward)."""
+        return replace(self, attention=attention)
+
+    def step_prepare(self, n_layers: int) -> HostOps:
+        """The once-per-step preparation at layer 0 on a model of `n_layers` layers."""
+        return self.prepare + self.prepare_per_layer * n_layers
 
 
 # ---- stock HF transformers Llama decoder, eager (modeling_llama.py, v4.4x) ----
@@ -69,6 +101,12 @@ EXT_KERNEL = HostOps(ext_calls=1, cpp_launches=1)
 EXT_HF_FFN = EXT_KERNEL + HostOps(torch_ops=6)
 
 
+def ext_hf_decoder(qkv: HostOps, step: HostOps) -> DecoderRecipe:
+    """An HF Llama whose RMSNorm and attention call a C++ extension (one launch each: EXT_KERNEL), with the
+    HF output projection and MLP; `qkv` and the per-step `step` are the method's (Quest, ArkVale)."""
+    return DecoderRecipe(qkv, EXT_KERNEL, HF_OUT_PROJ, EXT_HF_FFN, step)
+
+
 # ---- official FreeKV runtime (rooikeee/FreeKV source/, decode path) ----
 # modeling.py 73-80: RMSNorm -> `with torch.cuda.stream(...)` + kernels.rms_norm (1 extension call,
 # 1 launch).
@@ -90,9 +128,9 @@ FREEKV_OUT_PROJ = HostOps(torch_ops=2, python_ops=3)
 FREEKV_FFN = _FREEKV_RMSNORM + HostOps(torch_ops=6, python_ops=1)
 # Once per step, at layer 0 (modeling.py 119-120 -> infer_state.py 790-794 `_prepare_decode` 640-774):
 # Python loops over the layers' caches (decode_alloc_1_token over kv_caches and cpu_kv_caches, all_eq:
-# ~3 iterations per layer, added by the method: L is model-dependent), torch.tensor of the last page
-# lengths (1 host->device copy), arange + full for RoPE (2 ops), flashinfer handler.begin_forward per
-# budget group (~5 Python calls, 1 host->device copy of the index pointers).
+# ~3 iterations per layer: FREEKV_DECODER's prepare_per_layer, L is model-dependent), torch.tensor of
+# the last page lengths (1 host->device copy), arange + full for RoPE (2 ops), flashinfer
+# handler.begin_forward per budget group (~5 Python calls, 1 host->device copy of the index pointers).
 FREEKV_STEP_PREPARE = HostOps(torch_ops=2, python_ops=5, torch_copies=2)
 # Once per step at the last layer: final norm (patched), lm_head (modeling.py 92-99: 1 torch linear),
 # end_forward (infer_state.py 796-800, handler end_forward), HF `_sample` glue as HF_STEP without
@@ -100,34 +138,11 @@ FREEKV_STEP_PREPARE = HostOps(torch_ops=2, python_ops=5, torch_copies=2)
 FREEKV_STEP = _FREEKV_RMSNORM + HostOps(torch_ops=1 + 20, python_ops=2 + 10, readbacks=1)
 
 
-def decoder_host_s(
-    ctx, runtime: str = "hf", attention: HostOps | None = None
-) -> dict[str, float | np.ndarray]:
-    """Host seconds of the plain decoder ops (qkv, attention, out_proj, ffn, lm_head) in as-published
-    mode, for a stock HF decoder ("hf") or the official FreeKV runtime's full-KV path ("freekv":
-    modeling.py 289-291); `attention` replaces the attention recipe. Empty dict in ideal mode."""
-    sw = ctx.software
-    if not ctx.as_published:
-        return {}
-    if runtime == "freekv":
-        parts = (FREEKV_QKV, FREEKV_ATTENTION, FREEKV_OUT_PROJ, FREEKV_FFN, FREEKV_STEP)
-        prepare = (FREEKV_STEP_PREPARE + HostOps(python_ops=3 * ctx.model.n_layers)).seconds(sw)
-    else:
-        parts = (HF_QKV, HF_ATTENTION, HF_OUT_PROJ, HF_FFN, HF_STEP)
-        prepare = 0.0
-    qkv = ctx.full(parts[0].seconds(sw))
-    qkv[:, 0] += prepare
-    return {
-        "qkv": qkv,
-        "attention": (attention or parts[1]).seconds(sw),
-        "out_proj": parts[2].seconds(sw),
-        "ffn": parts[3].seconds(sw),
-        "lm_head": ctx.last_layer_only(parts[4].seconds(sw)),
-    }
-
-
-def with_host(work: dict, host: dict) -> dict:
-    """Work items with `host_s` set from `host` (op -> seconds); others unchanged."""
-    import dataclasses
-
-    return {k: (dataclasses.replace(v, host_s=host[k]) if k in host else v) for k, v in work.items()}
+# A stock HF decoder (dense, full offload and the dropping methods' public codes).
+HF_DECODER = DecoderRecipe(HF_QKV, HF_ATTENTION, HF_OUT_PROJ, HF_FFN, HF_STEP)
+# The official FreeKV runtime (FreeKV and its full-KV path, modeling.py 289-291): `_prepare_decode` at
+# layer 0 with ~3 Python iterations per layer of the model (FREEKV_STEP_PREPARE above).
+FREEKV_DECODER = DecoderRecipe(
+    FREEKV_QKV, FREEKV_ATTENTION, FREEKV_OUT_PROJ, FREEKV_FFN, FREEKV_STEP,
+    prepare=FREEKV_STEP_PREPARE, prepare_per_layer=HostOps(python_ops=3),
+)

@@ -45,7 +45,15 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import (
+    DecoderMethod,
+    OwnOps,
+    attention_over,
+    layer_split,
+    prefill_offload_exposed_s,
+)
+from sim.methods.eager import FREEKV_DECODER, DecoderRecipe
 from traces.models import ModelSpec
 
 __all__ = ["FreeKV", "FreeKVNoHybridLayout", "FreeKVNoDoubleBuffer", "FreeKVNoSpeculation", "FreeKVBase"]
@@ -61,7 +69,7 @@ _SOURCES = (
 
 
 @dataclass(frozen=True)
-class FreeKV(Method):
+class FreeKV(DecoderMethod):
     """FreeKV with its three system optimisations; see the module docstring for the assumptions."""
 
     hybrid_layouts: bool = True
@@ -71,8 +79,11 @@ class FreeKV(Method):
     sources: ClassVar[tuple[str, ...]] = _SOURCES
 
 
-    # ----- template -----
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+    def recipe(self) -> DecoderRecipe:
+        return FREEKV_DECODER
+
+    # ----- own ops -----
+    def own_ops(self, ctx: CostContext) -> OwnOps:
         # as published, the host reads the selection back (a sync) and waits for the blocking recall
         # (recall_cpuhnd_2buf.cu 47, 178-179; recall.cu 63, 245)
         blocking = ctx.as_published
@@ -80,36 +91,24 @@ class FreeKV(Method):
         # infer_state.py 277-280, 1232-1234, 1300-1302): the blocking correction recall queues behind
         # the background selection and recall still in flight on them
         sync_stream = "recall_bg" if blocking and self.speculative else "recall_sync"
-        ops = [
-            OpSpec("qkv", ("compute",)),
-            OpSpec("offload_prep", ("offload",), (Dep("qkv"),), category="offload"),
-            OpSpec("offload", ("offload", "d2h"), (Dep("offload_prep"),), category="offload"),
-        ]
-        if self.speculative:
-            ops.append(
-                OpSpec("check", ("compute",), (Dep("qkv"), Dep("recall_bg", "prev_step")), True, "sync")
-            )
-        ops += [
-            OpSpec("select_sync", ("compute",), (Dep("qkv"),), blocking, "select"),
-            OpSpec("recall_sync", (sync_stream, "h2d"), (Dep("select_sync"),), blocking, "recall"),
-            OpSpec("attention", ("compute",), (Dep("recall_sync"),)),
-        ]
-        if self.speculative:
-            ops += [
-                OpSpec("select_bg", ("recall_bg",), (Dep("qkv"),), category="select"),
-                OpSpec(
-                    "recall_bg",
-                    ("recall_bg", "h2d"),
-                    (Dep("select_bg"), Dep("select_sync")),
-                    category="recall",
-                ),
-            ]
-        ops += [
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
-        ]
-        return tuple(ops)
+        check = OpSpec("check", ("compute",), (Dep("qkv"), Dep("recall_bg", "prev_step")), True, "sync")
+        background = (
+            OpSpec("select_bg", ("recall_bg",), (Dep("qkv"),), category="select"),
+            OpSpec(
+                "recall_bg", ("recall_bg", "h2d"), (Dep("select_bg"), Dep("select_sync")), category="recall"
+            ),
+        )
+        return OwnOps(
+            after_qkv=(
+                OpSpec("offload_prep", ("offload",), (Dep("qkv"),), category="offload"),
+                OpSpec("offload", ("offload", "d2h"), (Dep("offload_prep"),), category="offload"),
+                *((check,) if self.speculative else ()),
+                OpSpec("select_sync", ("compute",), (Dep("qkv"),), blocking, "select"),
+                OpSpec("recall_sync", (sync_stream, "h2d"), (Dep("select_sync"),), blocking, "recall"),
+            ),
+            attention_deps=(Dep("recall_sync"),),
+            after_attention=background if self.speculative else (),
+        )
 
     # ----- work -----
     def _recall(self, ctx: CostContext, head_pages: np.ndarray) -> Transfer:
@@ -139,11 +138,30 @@ class FreeKV(Method):
             **common,
         )
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem = ctx.cfg, ctx.cost, ctx.demand
+    def _offload(self, ctx: CostContext) -> dict[str, Work]:
+        """The page-fill offload: transpose + summary kernel, one d2h copy per sequence (all KV heads)."""
+        cfg, cost = ctx.cfg, ctx.cost
+        filled = (ctx.demand.context_tokens % cfg.page_size) == 0
+        page_done = filled[:, None] & np.ones(ctx.shape, dtype=bool)
+        page_bytes_all_heads = ctx.model.n_kv_heads * cost.page_bytes_per_head(cfg.page_size)
+        return {
+            "offload_prep": Kernel(np.where(page_done, cost.offload_kernel_s(cfg.page_size), 0.0)),
+            "offload": Transfer(
+                direction="d2h",
+                n_copies=np.where(page_done, cfg.batch_size, 0).astype(np.int64),
+                copy_s=float(cost.copy_s(page_bytes_all_heads, page_bytes_all_heads, "d2h")),
+                bytes_per_copy=page_bytes_all_heads,
+                issue_s=ctx.profile.link.copy_issue_s,
+                issue_threads=1,
+            ),
+        }
+
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return attention_over(ctx, np.minimum(ctx.demand.context_tokens, ctx.cfg.budget_tokens))
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        cost, dem = ctx.cost, ctx.demand
         dense = dem.dense_layer[None, :]
-        sparse_tokens = np.minimum(dem.context_tokens, cfg.budget_tokens)
-        tokens = np.where(dense, dem.context_tokens[:, None], sparse_tokens[:, None])
         select = ctx.full(cost.select_s(dem.candidate_pages))
         # no check, selection or recall while the context fits the budget (sim.demand, "budget")
         retrieving = dem.over_budget[:, None] & ~dense
@@ -155,48 +173,27 @@ class FreeKV(Method):
             sync_pages, bg_pages = dem.missed_total, np.zeros_like(dem.missed_bg)
             select_sync = np.where(retrieving, select, 0.0)
             select_bg = np.zeros_like(select)
-        page_done = ((dem.context_tokens % cfg.page_size) == 0)[:, None] & np.ones(ctx.shape, dtype=bool)
-        page_bytes_all_heads = ctx.model.n_kv_heads * cost.page_bytes_per_head(cfg.page_size)
+        sync_pages = np.where(dense, 0, sync_pages).astype(np.int64)
+        bg_pages = np.where(dense, 0, bg_pages).astype(np.int64)
         out: dict[str, Work] = {
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "offload_prep": Kernel(np.where(page_done, cost.offload_kernel_s(cfg.page_size), 0.0)),
-            "offload": Transfer(
-                direction="d2h",
-                n_copies=np.where(page_done, cfg.batch_size, 0).astype(np.int64),
-                copy_s=float(cost.copy_s(page_bytes_all_heads, page_bytes_all_heads, "d2h")),
-                bytes_per_copy=page_bytes_all_heads,
-                issue_s=ctx.profile.link.copy_issue_s,
-                issue_threads=1,
-            ),
+            **self._offload(ctx),
             "select_sync": Kernel(select_sync),
-            "recall_sync": self._recall(ctx, np.where(dense, 0, sync_pages).astype(np.int64)),
-            "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
+            "recall_sync": self._recall(ctx, sync_pages),
         }
         if self.speculative:
             out["check"] = Kernel(np.where(retrieving, ctx.full(cost.check_s()), 0.0))
             out["select_bg"] = Kernel(select_bg)
-            out["recall_bg"] = self._recall(ctx, np.where(dense, 0, bg_pages).astype(np.int64))
+            out["recall_bg"] = self._recall(ctx, bg_pages)
         if ctx.as_published:
             from sim.methods.freekv_published import published_work
 
-            return published_work(
-                self,
-                ctx,
-                out,
-                np.where(dense, 0, sync_pages).astype(np.int64),
-                np.where(dense, 0, bg_pages).astype(np.int64),
-                retrieving,
-            )
+            return published_work(self, ctx, out, sync_pages, bg_pages, retrieving)
         return out
 
     # ----- memory and prefill -----
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
+        n_sparse, n_dense = layer_split(cfg, model)
         ctx_tokens = cfg.max_context_tokens
         pages = -(-ctx_tokens // cfg.page_size)
         gpu_seq = per_token_layer * (n_sparse * min(cfg.budget_tokens, ctx_tokens) + n_dense * ctx_tokens)
@@ -217,14 +214,11 @@ class FreeKV(Method):
     def prefill(self, ctx: CostContext) -> dict[str, float]:
         """Dense prefill; each layer's prompt KV is offloaded d2h behind the next layer's compute."""
         parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
-        compute = sum(parts.values())
         m = ctx.model
         layer_bytes = (
             ctx.cfg.batch_size * ctx.cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
         )
-        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
-        compute_layer = compute / m.n_layers
-        parts["prefill_offload_exposed"] = m.n_layers * max(0.0, offload_layer - compute_layer)
+        parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, m.n_layers)
         return parts
 
 

@@ -5,7 +5,9 @@ Official code: rooikeee/FreeKV (also sjtu-zhao-lab/FreeKV) at commit 074f14d, `s
 is Python: Hugging Face `generate` drives a LlamaForCausalLM whose attention, RMSNorm, MLP and LM head
 forwards are patched (source/freekv/adapter/modeling.py `enable_offload` 315-390) to call the C++/CUDA
 extension (source/freekv_cpp) and flashinfer. Per decoder layer, in host program order (modeling.py
-`_freekv_attn_forward` 101-312), once the layer's context exceeds its budget (210):
+`_freekv_attn_forward` 101-312), once the layer's context exceeds its budget (210). Steps 1, 5 and 7 are
+the shared decoder ops, priced by the decoder-layer skeleton (sim/methods/decoder_layer.py) with
+`eager.FREEKV_DECODER`; this module prices FreeKV's own ops:
 
 1. norm, q/k/v projections, RoPE, KV append (117-176): `eager.FREEKV_QKV`; at layer 0 also the step's
    `_prepare_decode` (infer_state.py 640-774): `eager.FREEKV_STEP_PREPARE` + ~3 Python iterations per
@@ -66,14 +68,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.methods.base import CostContext, Kernel, Transfer, Work
-from sim.methods.eager import (
-    FREEKV_ATTENTION,
-    FREEKV_FFN,
-    FREEKV_OUT_PROJ,
-    FREEKV_QKV,
-    FREEKV_STEP,
-    FREEKV_STEP_PREPARE,
-)
 from sim.methods.host_costs import HostOps
 
 if TYPE_CHECKING:
@@ -127,70 +121,71 @@ def published_work(
     bg_pages: np.ndarray,
     sparse: np.ndarray,
 ) -> dict[str, Work]:
-    """Replace the ideal work items of `FreeKV.work` by what the official runtime pays (module docstring).
+    """Replace the ideal work of FreeKV's own ops (`FreeKV.own_work`) by what the official runtime pays
+    (module docstring; the shared decoder ops are priced by the skeleton's FREEKV_DECODER recipe).
 
     sync_pages / bg_pages: (S, L) head-pages of the synchronous and background recall (0 on dense
     layers); sparse: (S, L) bool, the layer-steps on the retrieval path (candidates exist).
     """
-    sw, cfg, dem, m = ctx.software, ctx.cfg, ctx.demand, ctx.model
-    assert sw is not None
-    shape = ctx.shape
-    s = {
-        k: v.seconds(sw)
-        for k, v in {
-            "qkv": FREEKV_QKV,
-            "attention": FREEKV_ATTENTION,
-            "out_proj": FREEKV_OUT_PROJ,
-            "ffn": FREEKV_FFN,
-            "step": FREEKV_STEP,
-            "prepare": FREEKV_STEP_PREPARE + HostOps(python_ops=3 * m.n_layers),
-        }.items()
-    }
-    qkv_host = ctx.full(s["qkv"])
-    qkv_host[:, 0] += s["prepare"]
-    res = dict(out)
-    res["qkv"] = dataclasses.replace(out["qkv"], host_s=qkv_host)
-    res["attention"] = dataclasses.replace(out["attention"], host_s=s["attention"])
-    res["out_proj"] = dataclasses.replace(out["out_proj"], host_s=s["out_proj"])
-    res["ffn"] = dataclasses.replace(out["ffn"], host_s=s["ffn"])
-    res["lm_head"] = dataclasses.replace(out["lm_head"], host_s=ctx.last_layer_only(s["step"]))
+    res = {**out, **_offload(ctx, out), **_sync_path(method, ctx, out, sync_pages, sparse)}
+    if method.speculative:
+        res.update(_background(method, ctx, out, bg_pages, sparse))
+    return res
 
-    # offload on page fill (infer_state.py 745-747, 1334-1344, 1372-1380)
-    b = cfg.batch_size
+
+def _offload(ctx: CostContext, out: dict[str, Work]) -> dict[str, Work]:
+    """Offload on page fill (infer_state.py 745-747, 1334-1344, 1372-1380)."""
+    sw, b = ctx.software, ctx.cfg.batch_size
+    assert sw is not None
     page_done = np.asarray(out["offload"].n_copies) > 0
     prep = HostOps(torch_ops=b + 10, python_ops=3 * b, ext_calls=1, cpp_launches=1).seconds(sw)
-    res["offload_prep"] = dataclasses.replace(out["offload_prep"], host_s=np.where(page_done, prep, 0.0))
-    res["offload"] = dataclasses.replace(
-        out["offload"], issue_s=sw.torch_copy_call_s, issue_threads=1, issuer="host"
-    )
+    return {
+        "offload_prep": dataclasses.replace(out["offload_prep"], host_s=np.where(page_done, prep, 0.0)),
+        "offload": dataclasses.replace(
+            out["offload"], issue_s=sw.torch_copy_call_s, issue_threads=1, issuer="host"
+        ),
+    }
 
-    # synchronous path: selection + blocking recall (corrected heads, or every head without SR)
+
+def _sync_path(
+    method: FreeKV, ctx: CostContext, out: dict[str, Work], sync_pages: np.ndarray, sparse: np.ndarray
+) -> dict[str, Work]:
+    """Selection + blocking recall (corrected heads, or every head without speculative retrieval)."""
+    sw, dem = ctx.software, ctx.demand
+    assert sw is not None
     sel = np.asarray(out["select_sync"].seconds) > 0
-    res["select_sync"] = dataclasses.replace(
-        out["select_sync"], host_s=np.where(sel, SELECT.seconds(sw), 0.0)
-    )
-    heads_total = b * m.n_kv_heads
-    sync_heads = dem.corrected_heads if method.speculative else np.full(shape, heads_total)
+    heads_total = ctx.cfg.batch_size * ctx.model.n_kv_heads
+    sync_heads = dem.corrected_heads if method.speculative else np.full(ctx.shape, heads_total)
     sync_groups = np.where(sparse, _groups(sync_heads, sync_pages), 0.0)
-    res["recall_sync"] = _recall(method, ctx, out["recall_sync"], sync_pages, sync_groups, "host")
-    if not method.speculative:
-        return res
+    return {
+        "select_sync": dataclasses.replace(out["select_sync"], host_s=np.where(sel, SELECT.seconds(sw), 0.0)),
+        "recall_sync": _recall(method, ctx, out["recall_sync"], sync_pages, sync_groups, "host"),
+    }
 
-    res["check"] = dataclasses.replace(out["check"], host_s=np.where(sparse, WAIT_AND_CHECK.seconds(sw), 0.0))
+
+def _background(
+    method: FreeKV, ctx: CostContext, out: dict[str, Work], bg_pages: np.ndarray, sparse: np.ndarray
+) -> dict[str, Work]:
+    """The correction check and the pool worker's background selection and recall."""
+    sw, dem = ctx.software, ctx.demand
+    assert sw is not None
     bg_sel = np.asarray(out["select_bg"].seconds) > 0
     worker = WORKER_SELECT.seconds(sw)
-    res["select_bg"] = Kernel(
-        seconds=np.where(bg_sel, np.asarray(out["select_bg"].seconds) + worker, 0.0),
-        host_s=np.where(bg_sel, POOL_CALL.seconds(sw), 0.0),
-    )
+    heads_total = ctx.cfg.batch_size * ctx.model.n_kv_heads
     bg_heads = np.maximum(heads_total - dem.corrected_heads, 0)
     bg_groups = np.where(sparse, _groups(bg_heads, bg_pages), 0.0)
     # tasks without a selection (heads were corrected): hand-off + read-back before the copies
     task_fixed = np.where(bg_sel, 0.0, WORKER_RECALL_ONLY.seconds(sw)) + WORKER_EVENTS.seconds(sw)
     recall_bg = _recall(method, ctx, out["recall_bg"], bg_pages, bg_groups, "pool", task_fixed)
     main = np.where(sparse & ~bg_sel, POOL_RECALL_CALL.seconds(sw), 0.0)
-    res["recall_bg"] = dataclasses.replace(recall_bg, host_s=main)
-    return res
+    return {
+        "check": dataclasses.replace(out["check"], host_s=np.where(sparse, WAIT_AND_CHECK.seconds(sw), 0.0)),
+        "select_bg": Kernel(
+            seconds=np.where(bg_sel, np.asarray(out["select_bg"].seconds) + worker, 0.0),
+            host_s=np.where(bg_sel, POOL_CALL.seconds(sw), 0.0),
+        ),
+        "recall_bg": dataclasses.replace(recall_bg, host_s=main),
+    }
 
 
 def _recall(
@@ -204,37 +199,11 @@ def _recall(
 ) -> Transfer:
     """A recall transfer as the official code issues it (per head-page copies, or per-row 2D copies)."""
     assert isinstance(ideal, Transfer)
-    sw, cfg, cost, m = ctx.software, ctx.cfg, ctx.cost, ctx.model
+    sw = ctx.software
     assert sw is not None
     pages = np.asarray(pages, dtype=np.int64)
-    has = pages > 0
-    if not method.hybrid_layouts:  # NHD pool: 2*p cudaMemcpy2DAsync of one d-element row per head-page
-        rows_per_page = 2 * cfg.page_size
-        row = m.head_dim * cfg.dtype_bytes
-        n_copies = rows_per_page * pages
-        call = RECALL_CALL_NHD.seconds(sw)
-        per_copy = sw.memcpy2d_async_call_s
-        if issuer == "pool":
-            extra = _per_copy_mean(np.asarray(task_fixed) * np.ones(ctx.shape), n_copies)
-            return Transfer(
-                direction="h2d",
-                n_copies=n_copies,
-                copy_s=float(cost.copy_s(row, row, "h2d")),
-                bytes_per_copy=row,
-                issue_s=per_copy + extra,
-                issue_threads=1,
-                issuer="pool",
-            )
-        return Transfer(
-            direction="h2d",
-            n_copies=n_copies,
-            copy_s=float(cost.copy_s(row, row, "h2d")),
-            bytes_per_copy=row,
-            issue_s=per_copy,
-            issue_threads=1,
-            issuer="host",
-            host_s=np.where(has, call, 0.0),
-        )
+    if not method.hybrid_layouts:
+        return _recall_nhd(ctx, pages, issuer, task_fixed)
     group = (RECALL_GROUP if method.double_buffer else RECALL_GROUP_1BUF).seconds(sw)
     chunk = _chunk(pages, groups)
     common = dict(
@@ -251,5 +220,21 @@ def _recall(
     if issuer == "pool":  # the worker's per-task and per-group costs spread over its copies
         extra = _per_copy_mean(np.asarray(task_fixed) + groups * group, pages)
         return Transfer(issue_s=sw.memcpy_async_call_s + extra, issuer="pool", **common)
-    host = np.where(has, RECALL_CALL.seconds(sw) + groups * group, 0.0)
+    host = np.where(pages > 0, RECALL_CALL.seconds(sw) + groups * group, 0.0)
     return Transfer(issue_s=sw.memcpy_async_call_s, issuer="host", host_s=host, **common)
+
+
+def _recall_nhd(ctx: CostContext, pages: np.ndarray, issuer: str, task_fixed: np.ndarray | float) -> Transfer:
+    """NHD pool: 2*p cudaMemcpy2DAsync of one d-element row per head-page (recall.cu 170-187)."""
+    sw, cfg = ctx.software, ctx.cfg
+    assert sw is not None
+    row = ctx.model.head_dim * cfg.dtype_bytes
+    n_copies = 2 * cfg.page_size * pages
+    copy_s = float(ctx.cost.copy_s(row, row, "h2d"))
+    common = dict(direction="h2d", n_copies=n_copies, copy_s=copy_s, bytes_per_copy=row, issue_threads=1)
+    per_copy = sw.memcpy2d_async_call_s
+    if issuer == "pool":
+        extra = _per_copy_mean(np.asarray(task_fixed) * np.ones(ctx.shape), n_copies)
+        return Transfer(issue_s=per_copy + extra, issuer="pool", **common)
+    host = np.where(pages > 0, RECALL_CALL_NHD.seconds(sw), 0.0)
+    return Transfer(issue_s=per_copy, issuer="host", host_s=host, **common)

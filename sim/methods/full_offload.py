@@ -27,93 +27,98 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, Dep, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import DecoderMethod, OwnOps, context_attention_s
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
 __all__ = ["FullOffload"]
 
+# OffloadedCache (transformers cache_utils.py): ~4 Python calls around each whole-layer copy call
+_CACHE_CALL = HostOps(python_ops=4)
+
 
 @dataclass(frozen=True)
-class FullOffload(Method):
+class FullOffload(DecoderMethod):
     needs_demand: ClassVar[bool] = False
     sources: ClassVar[tuple[str, ...]] = (
         "Sheng et al., FlexGen: High-Throughput Generative Inference of LLMs with a Single GPU (ICML 2023)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+    def own_ops(self, ctx: CostContext) -> OwnOps:
         # as published, OffloadedCache.__getitem__ synchronises the current stream every layer
-        return (
-            OpSpec("fetch", ("recall_bg", "h2d"), (Dep("attention", "prev_layer"),), category="recall"),
-            OpSpec("qkv", ("compute",), host_sync=ctx.as_published),
-            OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
-            OpSpec("attention", ("compute",), (Dep("fetch"),)),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
+        return OwnOps(
+            before_qkv=(
+                OpSpec("fetch", ("recall_bg", "h2d"), (Dep("attention", "prev_layer"),), category="recall"),
+            ),
+            after_qkv=(OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),),
+            attention_deps=(Dep("fetch"),),
+            syncs=frozenset({"qkv"}) if ctx.as_published else frozenset(),
         )
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cost, cfg, m = ctx.cost, ctx.cfg, ctx.model
-        layer_token_bytes = 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
-        past = ctx.full(ctx.demand.context_tokens - 1) * layer_token_bytes  # (S, L) bytes per sequence
-        link = ctx.profile.link
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return context_attention_s(ctx)
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        return self._published_work(ctx) if ctx.as_published else self._ideal_work(ctx)
+
+    @staticmethod
+    def _past_bytes(ctx: CostContext) -> tuple[int, np.ndarray]:
+        """K and V bytes of one token of one layer, and (S, L) bytes of a layer's past per sequence."""
+        m = ctx.model
+        layer_token_bytes = 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
+        return layer_token_bytes, ctx.full(ctx.demand.context_tokens - 1) * layer_token_bytes
+
+    def _published_work(self, ctx: CostContext) -> dict[str, Work]:
+        """HF OffloadedCache: whole-layer K and V copies both ways (module docstring)."""
+        cost, b, sw = ctx.cost, ctx.cfg.batch_size, ctx.software
+        assert sw is not None
+        layer_token_bytes, past = self._past_bytes(ctx)
         ones = np.ones(ctx.shape, dtype=np.int64)
-        host = decoder_host_s(ctx, "hf")
-        if host:  # HF OffloadedCache: whole-layer K and V copies both ways (module docstring)
-            sw = ctx.software
-            kv = 2
-            layer = past * cfg.batch_size + layer_token_bytes * cfg.batch_size  # after this token's append
-            host["fetch"] = HostOps(python_ops=4).seconds(sw)
-            host["writeback"] = HostOps(python_ops=4).seconds(sw)
-            return with_host({
-                "fetch": Transfer(
-                    direction="h2d",
-                    n_copies=np.where(past > 0, kv, 0) * ones,
-                    copy_s=np.asarray(cost.copy_s(past * cfg.batch_size / kv, 1 << 40, "h2d")),
-                    bytes_per_copy=past * cfg.batch_size / kv,
-                    issue_s=sw.torch_copy_call_s,
-                    issue_threads=1,
-                    issuer="host",
-                ),
-                "qkv": Kernel(ctx.full(cost.qkv_s())),
-                "writeback": Transfer(
-                    direction="d2h",
-                    n_copies=kv * ones,
-                    copy_s=np.asarray(cost.copy_s(layer / kv, 1 << 40, "d2h")),
-                    bytes_per_copy=layer / kv,
-                    issue_s=sw.torch_copy_call_s,
-                    issue_threads=1,
-                    issuer="host",
-                ),
-                "attention": Kernel(ctx.full(cost.attention_s(ctx.demand.context_tokens))),
-                "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-                "ffn": Kernel(ctx.full(cost.ffn_s())),
-                "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-            }, host)
+        kv = 2
+        layer = past * b + layer_token_bytes * b  # after this token's append
+        common = dict(
+            issue_s=sw.torch_copy_call_s, issue_threads=1, issuer="host", host_s=_CACHE_CALL.seconds(sw)
+        )
         return {
             "fetch": Transfer(
                 direction="h2d",
-                n_copies=np.where(past > 0, cfg.batch_size, 0) * ones,
+                n_copies=np.where(past > 0, kv, 0) * ones,
+                copy_s=np.asarray(cost.copy_s(past * b / kv, 1 << 40, "h2d")),
+                bytes_per_copy=past * b / kv,
+                **common,
+            ),
+            "writeback": Transfer(
+                direction="d2h",
+                n_copies=kv * ones,
+                copy_s=np.asarray(cost.copy_s(layer / kv, 1 << 40, "d2h")),
+                bytes_per_copy=layer / kv,
+                **common,
+            ),
+        }
+
+    def _ideal_work(self, ctx: CostContext) -> dict[str, Work]:
+        """One contiguous copy per sequence and layer each way (module docstring)."""
+        cost, b, link = ctx.cost, ctx.cfg.batch_size, ctx.profile.link
+        layer_token_bytes, past = self._past_bytes(ctx)
+        ones = np.ones(ctx.shape, dtype=np.int64)
+        return {
+            "fetch": Transfer(
+                direction="h2d",
+                n_copies=np.where(past > 0, b, 0) * ones,
                 copy_s=np.asarray(cost.copy_s(past, 1 << 40, "h2d")),
                 bytes_per_copy=past,
                 issue_s=link.copy_issue_s,
                 issue_threads=ctx.profile.host.issue_threads,
             ),
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
             "writeback": Transfer(
                 direction="d2h",
-                n_copies=cfg.batch_size * ones,
+                n_copies=b * ones,
                 copy_s=float(cost.copy_s(layer_token_bytes, layer_token_bytes, "d2h")),
                 bytes_per_copy=layer_token_bytes,
                 issue_s=link.copy_issue_s,
                 issue_threads=1,
             ),
-            "attention": Kernel(ctx.full(cost.attention_s(ctx.demand.context_tokens))),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
         }
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:

@@ -37,16 +37,17 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
+from sim.methods.base import CostContext, MemoryNeed, OpSpec, Work
+from sim.methods.decoder_layer import GroupOptionMethod, OwnOps
 from sim.methods.dropping import (
     attended_tokens,
     budget_attention_s,
     budget_memory,
     eager_attention_s,
     kept_tokens,
-    layer_template,
-    layer_work,
+    own_kernels,
 )
+from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -71,33 +72,43 @@ class H2O(GroupOptionMethod):
         "top-k, boolean-mask compaction per step; eager attention)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return layer_template(
+    def recipe(self) -> DecoderRecipe:
+        return HF_DECODER.with_attention(H2O_ATTENTION)
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        return OwnOps(after_attention=(
             OpSpec("score", ("compute",), category="select"),
             OpSpec("evict", ("compute",), host_sync=ctx.as_published, category="select"),
-        )
+        ))
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
-        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
-        dense = dem.dense_layer[None, :]
-        sets = self.sets_per_layer(m)
+    def _bytes(self, ctx: CostContext) -> tuple[np.ndarray, np.ndarray]:
+        """(S,) bytes of one step's fp32 probabilities and of the fp32 accumulated scores."""
+        b, m = ctx.cfg.batch_size, ctx.model
         kept = kept_tokens(ctx)
-        probs = b * m.n_qo_heads * kept * 4  # fp32 probabilities of one step
-        scores = b * sets * kept * 4  # fp32 accumulated scores
-        full = dem.context_tokens > cfg.budget_tokens  # one token evicted per step from here on
+        return b * m.n_qo_heads * kept * 4, b * self.sets_per_layer(m) * kept * 4
+
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        sets = self.sets_per_layer(ctx.model)
         if ctx.as_published:
-            attention = np.asarray(eager_attention_s(ctx, attended_tokens(ctx), sets), dtype=np.float64)
+            return np.asarray(eager_attention_s(ctx, attended_tokens(ctx), sets), dtype=np.float64)
+        probs, _ = self._bytes(ctx)
+        written = ctx.full(ctx.cost.kernel_s(0.0, probs, 0))  # the fused kernel also writes probabilities
+        return budget_attention_s(ctx, sets) + np.where(ctx.demand.dense_layer[None, :], 0.0, written)
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        sets, kept = self.sets_per_layer(m), kept_tokens(ctx)
+        probs, scores = self._bytes(ctx)
+        full = ctx.demand.context_tokens > cfg.budget_tokens  # one token evicted per step from here on
+        if ctx.as_published:
             score = cost.kernel_s(0.0, 3 * 2 * probs + 2 * scores, 4)
             compaction = 2 * b * sets * kept * 2 * d * dt + 2 * scores  # K, V and scores copied
             evict = np.where(full, cost.kernel_s(0.0, 3 * scores + compaction, 11), 0.0)
         else:
-            written = ctx.full(cost.kernel_s(0.0, probs, 0))  # the fused kernel also writes probabilities
-            attention = budget_attention_s(ctx, sets) + np.where(dense, 0.0, written)
             score = cost.kernel_s(0.0, probs + 2 * scores, 1)
             evict = np.where(full, cost.kernel_s(0.0, scores, 1), 0.0)
-        return layer_work(ctx, attention, H2O_ATTENTION, {"score": score, "evict": evict},
-                          {"score": H2O_SCORE, "evict": H2O_EVICT})
+        return own_kernels(ctx, {"score": score, "evict": evict}, {"score": H2O_SCORE, "evict": H2O_EVICT})
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """Budget tokens (+ an fp32 score each) per kept set on sparse layers, whole KV on dense layers."""

@@ -60,16 +60,26 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
-from sim.methods.eager import HF_OUT_PROJ
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import DecoderMethod, OwnOps, prefill_offload_exposed_s
+from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["InfiniGen"]
+__all__ = ["InfiniGen", "FLEXGEN_DECODER"]
+
+# FlexGen's eager OPT decoder (module docstring): qkv, attention, out_proj, ffn, per step (LM head, sampling)
+FLEXGEN_DECODER = DecoderRecipe(
+    qkv=HostOps(torch_ops=8, python_ops=6),
+    attention=HostOps(torch_ops=6),
+    out_proj=HF_OUT_PROJ,
+    ffn=HostOps(torch_ops=5),
+    step=HostOps(torch_ops=4, readbacks=1),
+)
 
 
 @dataclass(frozen=True)
-class InfiniGen(Method):
+class InfiniGen(DecoderMethod):
     """InfiniGen (module docstring). partial_ratio: share of key/query channels used to speculate;
     gather: "cpu" (host gathers, contiguous copies) or "dma" (copy engine gathers runs of `run_bytes`,
     0: one token of one head); cpu_gather_fraction: share of host memory bandwidth the gather reaches."""
@@ -86,30 +96,26 @@ class InfiniGen(Method):
         "--alpha 4 --partial-weight-ratio 0.2 --max-num-kv 400",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
+    def recipe(self) -> DecoderRecipe:
+        return FLEXGEN_DECODER
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        speculate = OpSpec("speculate", ("compute",), host_sync=ctx.as_published, category="select")
+        writeback = OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload")
+        prefetch = OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("gather"),), category="recall")
+        attention_deps = (Dep("prefetch", "prev_layer"),)
         if ctx.as_published:  # FlexGen's loop: device sync after each sub-layer (module docstring)
-            return (
-                OpSpec("qkv", ("compute",)),
-                OpSpec("speculate", ("compute",), host_sync=True, category="select"),
-                OpSpec("attention", ("compute",), (Dep("prefetch", "prev_layer"),)),
-                OpSpec("out_proj", ("compute",), host_sync=True),
-                OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
-                OpSpec("gather", (), (Dep("speculate"),), category="recall"),
-                OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("gather"),), category="recall"),
-                OpSpec("ffn", ("compute",), host_sync=True),
-                OpSpec("lm_head", ("compute",), host_sync=True),
+            gather = OpSpec("gather", (), (Dep("speculate"),), category="recall")
+            return OwnOps(
+                after_qkv=(speculate,),
+                after_out_proj=(writeback, gather, prefetch),
+                attention_deps=attention_deps,
+                syncs=frozenset({"out_proj", "ffn"}),
             )
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), category="offload"),
-            OpSpec("speculate", ("compute",), category="select"),
-            OpSpec("attention", ("compute",), (Dep("prefetch", "prev_layer"),)),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            # host side (no GPU resource): read the indices back, gather ("cpu"); the host waits for it
-            OpSpec("gather", (), (Dep("speculate"),), host_sync=True, category="recall"),
-            OpSpec("prefetch", ("recall_bg", "h2d"), (Dep("gather"),), category="recall"),
-            OpSpec("lm_head", ("compute",), host_sync=True),
+        # host side (no GPU resource): read the indices back, gather ("cpu"); the host waits for it
+        gather = OpSpec("gather", (), (Dep("speculate"),), host_sync=True, category="recall")
+        return OwnOps(
+            after_qkv=(writeback, speculate), after_ffn=(gather, prefetch), attention_deps=attention_deps
         )
 
     @staticmethod
@@ -132,14 +138,52 @@ class InfiniGen(Method):
             out[:, -1] = 0.0
         return out
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem, m, link = ctx.cfg, ctx.cost, ctx.demand, ctx.model, ctx.profile.link
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        """Offloaded layers attend the prefetched tokens, the others (layer 0, dense layers) the context."""
+        context = ctx.demand.context_tokens.astype(np.float64)
+        tokens = np.minimum(context, ctx.cfg.budget_tokens)
+        offloaded = self.offloaded_layers(ctx.cfg, ctx.model)
+        attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
+        return np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
+
+    @staticmethod
+    def _targets(ctx: CostContext) -> np.ndarray:
+        """(L,) bool: layers whose work serves an offloaded next layer (nothing at the last layer)."""
+        target = np.zeros(ctx.model.n_layers, dtype=bool)
+        target[:-1] = InfiniGen.offloaded_layers(ctx.cfg, ctx.model)[1:]
+        return target
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
         b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
         offloaded = self.offloaded_layers(cfg, m)
-        # work placed at layer i serves layer i+1 (nothing at the last layer)
-        target = np.zeros(m.n_layers, dtype=bool)
-        target[:-1] = offloaded[1:]
-        context = dem.context_tokens.astype(np.float64)
+        pub = ctx.as_published
+        token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
+        return {
+            "writeback": Transfer(
+                direction="d2h",
+                n_copies=(np.where(offloaded[None, :], b, 0) * np.ones(ctx.shape)).astype(np.int64),
+                copy_s=float(cost.copy_s(token_bytes, token_bytes, "d2h")),
+                bytes_per_copy=token_bytes,
+                issue_s=self._copy_issue_s(ctx),
+                issue_threads=1,
+                issuer="host" if pub else "pool",
+            ),
+            "speculate": self._speculate(ctx),
+            **self._gather_and_prefetch(ctx),
+        }
+
+    @staticmethod
+    def _copy_issue_s(ctx: CostContext) -> float:
+        """Host seconds per copy: a torch copy call as published, the driver's cost in ideal mode."""
+        return host_s(ctx, HostOps(torch_copies=1)) if ctx.as_published else ctx.profile.link.copy_issue_s
+
+    def _speculate(self, ctx: CostContext) -> Kernel:
+        """At layer i for layer i+1: the partial-query GEMV, the partial QK over every cached token, top-k."""
+        cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        target = self._targets(ctx)
+        context = ctx.demand.context_tokens.astype(np.float64)
         part = self.knobs.partial_ratio * d
         spec_gemv = cost.gemm_s(b, m.hidden_size, int(round(m.n_qo_heads * part)))
         spec_scores = cost.kernel_s(
@@ -148,7 +192,18 @@ class InfiniGen(Method):
             2,  # partial QK, top-k
         )
         speculate = np.where(target[None, :], (spec_gemv + spec_scores)[:, None], 0.0)
-        tokens = np.minimum(context, cfg.budget_tokens)
+        at_target = np.where(target[None, :], 1.0, 0.0) * np.ones(ctx.shape)
+        return Kernel(
+            np.asarray(speculate, dtype=np.float64),
+            host_s=at_target * host_s(ctx, HostOps(torch_ops=12, python_ops=2, readbacks=1)),
+        )
+
+    def _gather_and_prefetch(self, ctx: CostContext) -> dict[str, Work]:
+        """The gather of the speculated tokens (host or copy engine) and their prefetch (module docstring)."""
+        cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        target = self._targets(ctx)
+        tokens = np.minimum(ctx.demand.context_tokens.astype(np.float64), cfg.budget_tokens)
         fetched = self.prefetched_tokens(ctx, tokens)  # (S, L) per (sequence, KV head), for layer i+1
         kv_bytes = b * m.n_kv_heads * fetched * 2 * d * dt  # K and V of the selected tokens, one layer
         ones = np.ones(ctx.shape)
@@ -167,53 +222,24 @@ class InfiniGen(Method):
             per_copy = fetched * 2 * d * dt
             prefetch_copy = np.asarray(cost.copy_s(per_copy, run, "h2d"), dtype=np.float64)
         n_prefetch = np.where(fetched > 0, n_prefetch, 0)
-        token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
-        attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
-        pub = ctx.as_published
-        at_target = np.where(target[None, :], 1.0, 0.0) * ones
-        if pub:  # the gather is host work (no GPU time): read-back of the indices, CPU ops, CPU gather
+        if ctx.as_published:  # the gather is host work (no GPU time): index read-back, CPU ops, CPU gather
+            at_target = np.where(target[None, :], 1.0, 0.0) * ones
             gather_host = at_target * (
                 np.asarray(gather, dtype=np.float64) + host_s(ctx, HostOps(readbacks=1, torch_ops=2))
             )
             gather_work = Kernel(np.zeros(ctx.shape), host_s=gather_host)
-            copy_issue = host_s(ctx, HostOps(torch_copies=1))
         else:
             gather_work = Kernel(np.asarray(gather, dtype=np.float64))
-            copy_issue = link.copy_issue_s
         return {
-            "qkv": Kernel(ctx.full(cost.qkv_s()), host_s=host_s(ctx, HostOps(torch_ops=8, python_ops=6))),
-            "writeback": Transfer(
-                direction="d2h",
-                n_copies=(np.where(offloaded[None, :], b, 0) * np.ones(ctx.shape)).astype(np.int64),
-                copy_s=float(cost.copy_s(token_bytes, token_bytes, "d2h")),
-                bytes_per_copy=token_bytes,
-                issue_s=copy_issue,
-                issue_threads=1,
-                issuer="host" if pub else "pool",
-            ),
-            "speculate": Kernel(
-                np.asarray(speculate, dtype=np.float64),
-                host_s=at_target * host_s(ctx, HostOps(torch_ops=12, python_ops=2, readbacks=1)),
-            ),
             "gather": gather_work,
             "prefetch": Transfer(
                 direction="h2d",
                 n_copies=n_prefetch.astype(np.int64),
                 copy_s=prefetch_copy,
                 bytes_per_copy=np.asarray(per_copy, dtype=np.float64),
-                issue_s=copy_issue,
+                issue_s=self._copy_issue_s(ctx),
                 issue_threads=1,
-                issuer="host" if pub else "pool",
-            ),
-            "attention": Kernel(
-                np.asarray(cost.attention_s(attended), dtype=np.float64),
-                host_s=host_s(ctx, HostOps(torch_ops=6)),
-            ),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s()), host_s=host_s(ctx, HF_OUT_PROJ)),
-            "ffn": Kernel(ctx.full(cost.ffn_s()), host_s=host_s(ctx, HostOps(torch_ops=5))),
-            "lm_head": Kernel(
-                ctx.last_layer_only(cost.lm_head_s()),
-                host_s=ctx.last_layer_only(host_s(ctx, HostOps(torch_ops=4, readbacks=1))),
+                issuer="host" if ctx.as_published else "pool",
             ),
         }
 
@@ -240,7 +266,5 @@ class InfiniGen(Method):
         m, cfg = ctx.model, ctx.cfg
         n_off = int(self.offloaded_layers(cfg, m).sum())
         layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
-        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
-        compute_layer = sum(parts.values()) / m.n_layers
-        parts["prefill_offload_exposed"] = n_off * max(0.0, offload_layer - compute_layer)
+        parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, n_off)
         return parts

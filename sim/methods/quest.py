@@ -55,12 +55,19 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Dep, GroupOptionMethod, Kernel, MemoryNeed, OpSpec, Transfer, Work
-from sim.methods.eager import EXT_HF_FFN, EXT_KERNEL, HF_OUT_PROJ
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import GroupOptionMethod, OwnOps, layer_attention_s, layer_split
+from sim.methods.eager import DecoderRecipe, ext_hf_decoder
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["Quest"]
+__all__ = ["Quest", "QUEST_DECODER"]
+
+# HF Llama with Quest's kernels (module docstring): qkv, attention, out_proj, ffn, lm_head + sampling
+QUEST_DECODER = ext_hf_decoder(
+    qkv=HostOps(torch_ops=3, ext_calls=3, cpp_launches=3, python_layers=1),
+    step=HostOps(torch_ops=3, readbacks=1),
+)
 
 
 @dataclass(frozen=True)
@@ -84,85 +91,85 @@ class Quest(GroupOptionMethod):
         """Only the offloaded variant recalls anything: the one that prices its own trace."""
         return self.knobs.offload
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("plan", ("compute",), host_sync=True, category="host"),
-            OpSpec("qkv", ("compute",)),
-            OpSpec("summary", ("compute",), category="other"),
-            OpSpec("select", ("compute",), category="select"),
-            *((OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),)
-              if self.knobs.offload else ()),
-            OpSpec("attention", ("compute",), (Dep("recall"),) if self.knobs.offload else ()),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
+    def recipe(self) -> DecoderRecipe:
+        return QUEST_DECODER
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        offload = self.knobs.offload
+        recall = OpSpec("recall", ("recall_sync", "h2d"), (Dep("select"),), category="recall")
+        return OwnOps(
+            before_qkv=(OpSpec("plan", ("compute",), host_sync=True, category="host"),),
+            after_qkv=(
+                OpSpec("summary", ("compute",), category="other"),
+                OpSpec("select", ("compute",), category="select"),
+                *((recall,) if offload else ()),
+            ),
+            attention_deps=(Dep("recall"),) if offload else (),
         )
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        """Each selecting head reads its own K and V pages (G copies of traffic per group if not
+        group-consistent); dense layers attend the whole context once per KV head."""
+        cfg, m = ctx.cfg, ctx.model
         b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
-        dense = dem.dense_layer[None, :]
         heads = self.sets_per_layer(m)
-        pages = dem.candidate_pages.astype(np.float64)  # (S,)
-        # selection: every selecting head reads 2*d summary elements per candidate page, writes an fp32
-        # score per query head per page (read back by top-k)
-        sel_bytes = b * heads * pages * 2 * d * dt + 3 * b * m.n_qo_heads * pages * 4
-        sel_flops = 4.0 * b * m.n_qo_heads * pages * d
-        select = np.where(pages > 0, cost.kernel_s(sel_flops, sel_bytes, 2), 0.0)  # estimate + top-k
-        sparse_tokens = np.minimum(dem.context_tokens, cfg.budget_tokens).astype(np.float64)
-        # attention: each selecting head reads its own K and V pages (G copies of traffic per group if
-        # not group-consistent); dense layers attend the whole context once per KV head
-        attn_sparse = cost.kernel_s(
+        sparse_tokens = np.minimum(ctx.demand.context_tokens, cfg.budget_tokens).astype(np.float64)
+        attn_sparse = ctx.cost.kernel_s(
             4.0 * b * m.n_qo_heads * sparse_tokens * d,
             b * heads * sparse_tokens * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
             1,
         )
-        attn_dense = cost.attention_s(dem.context_tokens)
+        return layer_attention_s(ctx, attn_sparse)
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        dense = dem.dense_layer[None, :]
         page_done = (dem.context_tokens % cfg.page_size) == 0
         summary = float(
             cost.kernel_s(
                 2.0 * b * m.n_kv_heads * cfg.page_size * d, b * m.n_kv_heads * (cfg.page_size + 2) * d * dt, 1
             )
         )
-        # as published: page tables rebuilt at layer 0 and at the first sparse layer (module docstring)
-        plan_at = np.zeros(m.n_layers, dtype=bool)
+        recall = {"recall": self.recall(ctx)} if self.knobs.offload else {}
+        return {
+            **recall,
+            "plan": self._plan(ctx),
+            "summary": Kernel(np.where(dense, 0.0, ctx.full(np.where(page_done, summary, 0.0)))),
+            "select": Kernel(
+                np.where(dense, 0.0, ctx.full(self._select_s(ctx))),
+                host_s=np.where(dense, 0.0, host_s(ctx, HostOps(ext_calls=2, cpp_launches=2)))
+                * np.ones(ctx.shape),
+            ),
+        }
+
+    def _select_s(self, ctx: CostContext) -> np.ndarray:
+        """(S,) estimate + top-k: every selecting head reads 2*d summary elements per candidate page,
+        writes an fp32 score per query head per page (read back by top-k)."""
+        cfg, m = ctx.cfg, ctx.model
+        b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+        heads = self.sets_per_layer(m)
+        pages = ctx.demand.candidate_pages.astype(np.float64)  # (S,)
+        sel_bytes = b * heads * pages * 2 * d * dt + 3 * b * m.n_qo_heads * pages * 4
+        sel_flops = 4.0 * b * m.n_qo_heads * pages * d
+        return np.where(pages > 0, ctx.cost.kernel_s(sel_flops, sel_bytes, 2), 0.0)
+
+    @staticmethod
+    def _plan(ctx: CostContext) -> Kernel:
+        """As published: page tables rebuilt at layer 0 and at the first sparse layer (module docstring);
+        on the GPU, the three small blocking copies: one DMA latency each (a few hundred bytes)."""
+        plan_at = np.zeros(ctx.model.n_layers, dtype=bool)
         if ctx.as_published:
             plan_at[0] = True
-            sparse_layers = np.flatnonzero(~dem.dense_layer)
+            sparse_layers = np.flatnonzero(~ctx.demand.dense_layer)
             if len(sparse_layers):
                 plan_at[sparse_layers[0]] = True
-        # GPU side of the three small blocking copies: one DMA latency each (a few hundred bytes)
         plan_gpu = 3 * ctx.profile.link.dma_latency_s
-        plan = Kernel(
+        return Kernel(
             np.where(plan_at[None, :], plan_gpu, 0.0) * np.ones(ctx.shape),
             host_s=np.where(plan_at[None, :], host_s(ctx, HostOps(torch_ops=3, readbacks=3)), 0.0)
             * np.ones(ctx.shape),
         )
-        recall = {"recall": self.recall(ctx)} if self.knobs.offload else {}
-        return {
-            **recall,
-            "plan": plan,
-            "qkv": Kernel(
-                ctx.full(cost.qkv_s()),
-                host_s=host_s(ctx, HostOps(torch_ops=3, ext_calls=3, cpp_launches=3, python_layers=1)),
-            ),
-            "summary": Kernel(np.where(dense, 0.0, ctx.full(np.where(page_done, summary, 0.0)))),
-            "select": Kernel(
-                np.where(dense, 0.0, ctx.full(select)),
-                host_s=np.where(dense, 0.0, host_s(ctx, HostOps(ext_calls=2, cpp_launches=2)))
-                * np.ones(ctx.shape),
-            ),
-            "attention": Kernel(
-                np.where(dense, ctx.full(attn_dense), ctx.full(attn_sparse)),
-                host_s=host_s(ctx, EXT_KERNEL),
-            ),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s()), host_s=host_s(ctx, HF_OUT_PROJ)),
-            "ffn": Kernel(ctx.full(cost.ffn_s()), host_s=host_s(ctx, EXT_HF_FFN)),
-            "lm_head": Kernel(
-                ctx.last_layer_only(cost.lm_head_s()),
-                host_s=ctx.last_layer_only(host_s(ctx, HostOps(torch_ops=3, readbacks=1))),
-            ),
-        }
 
     def recall(self, ctx: CostContext) -> Transfer:
         """The offloaded variant's synchronous recall (module docstring): one copy per recalled (sequence,
@@ -188,7 +195,7 @@ class Quest(GroupOptionMethod):
         """Full KV of every layer on GPU, plus min/max summaries (2*d per page and KV head) when sparse.
         Offloaded: sparse layers keep a budget cache per page set on the GPU and all their KV on the host."""
         ctx_tokens = cfg.max_context_tokens
-        n_sparse = model.n_layers - len([x for x in cfg.dense_layers if x < model.n_layers])
+        n_sparse, _ = layer_split(cfg, model)
         pages = -(-ctx_tokens // cfg.page_size)
         summaries = n_sparse * pages * model.n_kv_heads * 2 * model.head_dim * cfg.dtype_bytes
         per_token = model.kv_bytes_per_token(cfg.dtype_bytes)

@@ -33,8 +33,10 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
-from sim.methods.dropping import budget_attention_s, budget_memory, kept_tokens, layer_template, layer_work
+from sim.methods.base import CostContext, MemoryNeed, OpSpec, Work
+from sim.methods.decoder_layer import GroupOptionMethod, OwnOps
+from sim.methods.dropping import budget_attention_s, budget_memory, kept_tokens, own_kernels
+from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -59,13 +61,19 @@ class RaaS(GroupOptionMethod):
         "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: RaaS made group-consistent (max pooling)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return layer_template(
+    def recipe(self) -> DecoderRecipe:
+        return HF_DECODER.with_attention(RAAS_ATTENTION)
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        return OwnOps(after_attention=(
             OpSpec("stamp", ("compute",), category="select"),
             OpSpec("evict", ("compute",), category="select"),
-        )
+        ))
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return budget_attention_s(ctx, self.sets_per_layer(ctx.model))
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
         sets = self.sets_per_layer(m)
@@ -80,9 +88,7 @@ class RaaS(GroupOptionMethod):
         )
         full = (context > cfg.budget_tokens) & ((dem.context_tokens % p) == 0)
         evict = np.where(full, cost.kernel_s(0.0, b * sets * kept_pages * 8, 1), 0.0)
-        own = {"stamp": stamp, "evict": evict}
-        return layer_work(ctx, budget_attention_s(ctx, sets), RAAS_ATTENTION, own,
-                          {"stamp": RAAS_STAMP, "evict": RAAS_EVICT})
+        return own_kernels(ctx, {"stamp": stamp, "evict": evict}, {"stamp": RAAS_STAMP, "evict": RAAS_EVICT})
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """GPU: budget tokens (+ page min/max, timestamps) per retained set on sparse layers, whole KV on

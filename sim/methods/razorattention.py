@@ -35,9 +35,9 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.errors import SimInputError
-from sim.methods.base import CostContext, Kernel, MemoryNeed, Method, OpSpec, Work
-from sim.methods.dense import DENSE_LAYER_OPS
-from sim.methods.eager import decoder_host_s, with_host
+from sim.methods.base import CostContext, MemoryNeed
+from sim.methods.decoder_layer import DecoderMethod, attention_over
+from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -53,7 +53,7 @@ RAZOR_ATTENTION = HostOps(torch_ops=9, python_ops=6)
 
 
 @dataclass(frozen=True)
-class RazorAttention(Method):
+class RazorAttention(DecoderMethod):
     """RazorAttention (module docstring). retrieval_fraction: share of KV heads that keep everything, in
     every layer (None: the trace's measured share when it records the probe, else PAPER_FRACTION).
     `measured_per_layer`, `measured_share` and `source` are set by `for_demand`, not by the user."""
@@ -121,21 +121,14 @@ class RazorAttention(Method):
         f = np.asarray(fractions, dtype=np.float64)
         return f * ctx + (1.0 - f) * np.minimum(ctx, budget_tokens + 1)
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return DENSE_LAYER_OPS  # same layer as dense: only the attended tokens differ
+    def recipe(self) -> DecoderRecipe:
+        return HF_DECODER.with_attention(RAZOR_ATTENTION)
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        cfg, cost, dem = ctx.cfg, ctx.cost, ctx.demand
-        dense = dem.dense_layer[None, :]
-        kept = self.kept_tokens(dem.context_tokens, cfg.budget_tokens, self.fractions(ctx.model.n_layers))
-        tokens = np.where(dense, dem.context_tokens[:, None].astype(np.float64), kept)  # (S, L)
-        return with_host({
-            "qkv": Kernel(ctx.full(cost.qkv_s())),
-            "attention": Kernel(np.asarray(cost.attention_s(tokens), dtype=np.float64)),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s())),
-            "ffn": Kernel(ctx.full(cost.ffn_s())),
-            "lm_head": Kernel(ctx.last_layer_only(cost.lm_head_s())),
-        }, decoder_host_s(ctx, "hf", RAZOR_ATTENTION))
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        """The dense layer's ops (no own ops): only the attended tokens differ."""
+        fractions = self.fractions(ctx.model.n_layers)
+        kept = self.kept_tokens(ctx.demand.context_tokens, ctx.cfg.budget_tokens, fractions)
+        return attention_over(ctx, kept)
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         ctx_tokens = cfg.max_context_tokens

@@ -66,13 +66,29 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, Method, OpSpec, Transfer, Work
-from sim.methods.eager import HF_OUT_PROJ
+from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
+from sim.methods.decoder_layer import (
+    DecoderMethod,
+    OwnOps,
+    attention_over,
+    layer_split,
+    prefill_offload_exposed_s,
+)
+from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from sim.sm_occupancy import co_runner_sm_share
 from traces.models import ModelSpec
 
-__all__ = ["ShadowKV"]
+__all__ = ["ShadowKV", "SHADOWKV_DECODER"]
+
+# ShadowKV's eager Llama (module docstring): qkv, attention, out_proj, ffn, per step (lm_head + sampling)
+SHADOWKV_DECODER = DecoderRecipe(
+    qkv=HostOps(torch_ops=3, ext_calls=2, cpp_launches=2, python_ops=7),
+    attention=HostOps(ext_calls=1, cpp_launches=1, python_ops=4),
+    out_proj=HF_OUT_PROJ,
+    ffn=HostOps(torch_ops=4, ext_calls=2, cpp_launches=2),
+    step=HostOps(torch_ops=8, readbacks=1),
+)
 
 # Kernel shapes of the published code (bytedance/ShadowKV at a21f5a9), for SM sharing (as-published only):
 COPY_ROWS_PER_ITER = 32  # kernels/copy.cuh:25 CPY_SIZE, the default (setup.py passes no -DCPY_SIZE)
@@ -94,7 +110,7 @@ def outlier_chunks(sparse_budget_tokens: int) -> int:
 
 
 @dataclass(frozen=True)
-class ShadowKV(Method):
+class ShadowKV(DecoderMethod):
     """ShadowKV (module docstring). Knobs: rank, chunk_tokens, svd_interval_tokens (0: SVD at prefill
     only, as ShadowKV's code; N: re-run every N generated tokens), svd_every_window (re-run every W
     tokens: the FreeKV paper's protocol), svd_flops_fraction (share of the FP16 tensor peak the fp32 SVD
@@ -112,23 +128,24 @@ class ShadowKV(Method):
         "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return (
-            OpSpec("qkv", ("compute",)),
-            OpSpec("svd", ("compute",), category="other"),
-            OpSpec("svd_offload", ("offload", "d2h"), (Dep("svd"),), category="offload"),
-            OpSpec("select", ("compute",), category="select"),
-            OpSpec("fetch", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
-            OpSpec(
-                "rebuild",
-                ("compute",),
-                (Dep("fetch"),) if self.rebuild_sm_share(ctx) == 0.0 else (),
-                category="recall",
+    def recipe(self) -> DecoderRecipe:
+        return SHADOWKV_DECODER
+
+    def own_ops(self, ctx: CostContext) -> OwnOps:
+        return OwnOps(
+            after_qkv=(
+                OpSpec("svd", ("compute",), category="other"),
+                OpSpec("svd_offload", ("offload", "d2h"), (Dep("svd"),), category="offload"),
+                OpSpec("select", ("compute",), category="select"),
+                OpSpec("fetch", ("recall_sync", "h2d"), (Dep("select"),), category="recall"),
+                OpSpec(
+                    "rebuild",
+                    ("compute",),
+                    (Dep("fetch"),) if self.rebuild_sm_share(ctx) == 0.0 else (),
+                    category="recall",
+                ),
             ),
-            OpSpec("attention", ("compute",), (Dep("fetch"), Dep("rebuild"))),
-            OpSpec("out_proj", ("compute",)),
-            OpSpec("ffn", ("compute",)),
-            OpSpec("lm_head", ("compute",), host_sync=True),
+            attention_deps=(Dep("fetch"), Dep("rebuild")),
         )
 
     def rebuild_sm_share(self, ctx: CostContext) -> float:
@@ -211,7 +228,45 @@ class ShadowKV(Method):
         )
         return seconds + refit
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        """Budget + outlier chunks + the generated tokens held in full: those since the last SVD (all of
+        them without a re-SVD)."""
+        cfg, c = ctx.cfg, self.knobs.chunk_tokens
+        context = ctx.demand.context_tokens.astype(np.float64)
+        _, since = self.svd_schedule(ctx)
+        generated = np.minimum(np.maximum(0.0, context - cfg.input_tokens)[:, None], since)
+        outliers = outlier_chunks(cfg.selected_tokens)
+        return attention_over(ctx, np.minimum(context[:, None], cfg.budget_tokens + outliers * c + generated))
+
+    def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        dem = ctx.demand
+        missed_tokens = np.where(dem.dense_layer[None, :], 0, dem.fetched_tokens).astype(np.float64)
+        return {**self._svd_work(ctx), **self._retrieval_work(ctx, missed_tokens)}
+
+    def _svd_work(self, ctx: CostContext) -> dict[str, Work]:
+        """The scheduled SVDs and, at each, the offload of the values of the tokens since the last one."""
+        cfg, m, dem = ctx.cfg, ctx.model, ctx.demand
+        d, dt = m.head_dim, cfg.dtype_bytes
+        context = dem.context_tokens.astype(np.float64)
+        svd_share, since = self.svd_schedule(ctx)
+        svd_now = (svd_share > 0) & ~dem.dense_layer[None, :]
+        svd = np.where(svd_now, svd_share * self.svd_s(ctx, context)[:, None], 0.0)
+        # per (sequence, KV head) at an SVD: the values of the tokens since the last one, one contiguous run
+        new_values = since * d * dt
+        return {
+            "svd": Kernel(svd),
+            "svd_offload": Transfer(
+                direction="d2h",
+                n_copies=np.where(svd_now, cfg.batch_size * m.n_kv_heads, 0).astype(np.int64),
+                copy_s=self._offload_copy_s(ctx, np.where(svd_now, new_values, 0.0)),
+                bytes_per_copy=new_values,
+                issue_s=ctx.profile.link.copy_issue_s,
+                issue_threads=1,
+            ),
+        }
+
+    def _retrieval_work(self, ctx: CostContext, missed_tokens: np.ndarray) -> dict[str, Work]:
+        """Landmark selection, the UVA gather of the missed value chunks and the key rebuild."""
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, c = cfg.batch_size, m.head_dim, cfg.dtype_bytes, self.knobs.chunk_tokens
         dense = dem.dense_layer[None, :]
@@ -222,53 +277,10 @@ class ShadowKV(Method):
         select = np.where(chunks > 0, cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, 4), 0.0)
         # misses: the value tokens the trace fetched (its own policy's, or FreeKV's missed pages x p) ->
         # chunks of c tokens
-        missed_tokens = np.where(dense, 0, dem.fetched_tokens).astype(np.float64)
         fetch_bytes = missed_tokens * d * dt  # values only
-        run = c * d * dt
-        link = ctx.profile.link
-        fetch_copy = np.asarray(cost.copy_s(fetch_bytes, run, "h2d"), dtype=np.float64)
-        # key rebuild: the hits' keys move to the front of the buffer (gather_copy_d2d_with_offsets, read
-        # + write), then U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of
-        # hits (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)
-        heads = b * m.n_kv_heads
-        hit_tokens = np.maximum(0.0, heads * cfg.selected_tokens - missed_tokens)
-        skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
-        rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
-        rank = self.knobs.rank
-        rebuild = cost.kernel_s(
-            2.0 * rows * rank * d,
-            rows * (rank + 3 * d) * dt + heads * rank * d * dt + 2.0 * hit_tokens * d * dt,
-            2,
-        )
-        share = self.rebuild_sm_share(ctx)
-        if 0.0 < share < 1.0:  # on the SMs the gather leaves free, and never later than after the gather
-            rebuild = np.minimum(rebuild / share, fetch_copy + rebuild)
-        rebuild = np.where(missed_tokens > 0, rebuild, 0.0)
-        outliers = outlier_chunks(cfg.selected_tokens)
-        svd_share, since = self.svd_schedule(ctx)
-        # generated tokens attended in full: those since the last SVD (all of them without a re-SVD)
-        generated = np.minimum(np.maximum(0.0, context - cfg.input_tokens)[:, None], since)
-        attended = np.minimum(context[:, None], cfg.budget_tokens + outliers * c + generated)
-        tokens = np.where(dense, context[:, None], attended)
-        svd_now = (svd_share > 0) & ~dense
-        svd = np.where(svd_now, svd_share * self.svd_s(ctx, context)[:, None], 0.0)
-        # per (sequence, KV head) at an SVD: the values of the tokens since the last one, one contiguous run
-        new_values = since * d * dt
+        fetch_copy = np.asarray(cost.copy_s(fetch_bytes, c * d * dt, "h2d"), dtype=np.float64)
         sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
         return {
-            "qkv": Kernel(
-                ctx.full(cost.qkv_s()),
-                host_s=host_s(ctx, HostOps(torch_ops=3, ext_calls=2, cpp_launches=2, python_ops=7)),
-            ),
-            "svd": Kernel(svd),
-            "svd_offload": Transfer(
-                direction="d2h",
-                n_copies=np.where(svd_now, b * m.n_kv_heads, 0).astype(np.int64),
-                copy_s=self._offload_copy_s(ctx, np.where(svd_now, new_values, 0.0)),
-                bytes_per_copy=new_values,
-                issue_s=link.copy_issue_s,
-                issue_threads=1,
-            ),
             "select": Kernel(
                 np.where(dense, 0.0, ctx.full(select)),
                 host_s=sparse * host_s(ctx, HostOps(torch_ops=3, ext_calls=2, cpp_launches=2)),
@@ -283,30 +295,38 @@ class ShadowKV(Method):
                 host_s=sparse * host_s(ctx, HostOps(ext_calls=1, cpp_launches=1, python_ops=2)),
             ),
             "rebuild": Kernel(
-                np.asarray(rebuild, dtype=np.float64),
+                np.asarray(self._rebuild_s(ctx, missed_tokens, fetch_copy), dtype=np.float64),
                 host_s=sparse * host_s(ctx, HostOps(ext_calls=2, cpp_launches=2, python_ops=1)),
             ),
-            "attention": Kernel(
-                np.asarray(cost.attention_s(tokens), dtype=np.float64),
-                host_s=host_s(ctx, HostOps(ext_calls=1, cpp_launches=1, python_ops=4)),
-            ),
-            "out_proj": Kernel(ctx.full(cost.out_proj_s()), host_s=host_s(ctx, HF_OUT_PROJ)),
-            "ffn": Kernel(
-                ctx.full(cost.ffn_s()), host_s=host_s(ctx, HostOps(torch_ops=4, ext_calls=2, cpp_launches=2))
-            ),
-            "lm_head": Kernel(
-                ctx.last_layer_only(cost.lm_head_s()),
-                host_s=ctx.last_layer_only(host_s(ctx, HostOps(torch_ops=8, readbacks=1))),
-            ),
         }
+
+    def _rebuild_s(self, ctx: CostContext, missed_tokens: np.ndarray, fetch_copy: np.ndarray) -> np.ndarray:
+        """(S, L) key rebuild: the hits' keys move to the front of the buffer (gather_copy_d2d_with_offsets,
+        read + write), then U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of
+        hits (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)."""
+        cfg, m = ctx.cfg, ctx.model
+        d, dt = m.head_dim, cfg.dtype_bytes
+        heads = cfg.batch_size * m.n_kv_heads
+        hit_tokens = np.maximum(0.0, heads * cfg.selected_tokens - missed_tokens)
+        skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
+        rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
+        rank = self.knobs.rank
+        rebuild = ctx.cost.kernel_s(
+            2.0 * rows * rank * d,
+            rows * (rank + 3 * d) * dt + heads * rank * d * dt + 2.0 * hit_tokens * d * dt,
+            2,
+        )
+        share = self.rebuild_sm_share(ctx)
+        if 0.0 < share < 1.0:  # on the SMs the gather leaves free, and never later than after the gather
+            rebuild = np.minimum(rebuild / share, fetch_copy + rebuild)
+        return np.where(missed_tokens > 0, rebuild, 0.0)
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """GPU per sparse layer: U, S*V, landmarks (+ int64 ids), buffers for budget + outliers + the
         uncompressed tokens since the last SVD. Host: the values. Dense layers: full KV on the GPU."""
         d, dt, n_kv = model.head_dim, cfg.dtype_bytes, model.n_kv_heads
         ctx_tokens = cfg.max_context_tokens
-        n_dense = len([x for x in cfg.dense_layers if x < model.n_layers])
-        n_sparse = model.n_layers - n_dense
+        n_sparse, n_dense = layer_split(cfg, model)
         landmarks = -(-ctx_tokens // self.knobs.chunk_tokens) * n_kv * (d * dt + 8)
         low_rank = ctx_tokens * self.knobs.rank * dt + n_kv * d * self.knobs.rank * dt
         outliers = outlier_chunks(cfg.selected_tokens)
@@ -326,10 +346,8 @@ class ShadowKV(Method):
         """Dense prefill, the SVD of every layer's prompt keys, values offloaded behind the compute."""
         parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
         m, cfg = ctx.model, ctx.cfg
-        n_sparse = m.n_layers - len([x for x in cfg.dense_layers if x < m.n_layers])
+        n_sparse, _ = layer_split(cfg, m)
         parts["prefill_svd"] = n_sparse * float(self.svd_s(ctx, np.asarray(float(cfg.input_tokens))))
         layer_bytes = cfg.batch_size * cfg.input_tokens * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
-        offload_layer = float(ctx.cost.copy_s(layer_bytes, layer_bytes, "d2h"))
-        compute_layer = (sum(parts.values())) / m.n_layers
-        parts["prefill_offload_exposed"] = n_sparse * max(0.0, offload_layer - compute_layer)
+        parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, n_sparse)
         return parts

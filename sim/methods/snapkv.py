@@ -30,9 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
-from sim.methods.dropping import budget_attention_s, budget_memory, layer_split, layer_template, layer_work
+from sim.methods.base import CostContext, MemoryNeed
+from sim.methods.decoder_layer import GroupOptionMethod, layer_split
+from sim.methods.dropping import budget_attention_s, budget_memory
+from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -55,11 +59,11 @@ class SnapKV(GroupOptionMethod):
         "snapkv/monkeypatch/llama_hijack_4_37.py (flash-attention-2 forward, K/V repeated before caching)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return layer_template()
+    def recipe(self) -> DecoderRecipe:
+        return HF_DECODER.with_attention(SNAPKV_ATTENTION)
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
-        return layer_work(ctx, budget_attention_s(ctx, self.sets_per_layer(ctx.model)), SNAPKV_ATTENTION)
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
+        return budget_attention_s(ctx, self.sets_per_layer(ctx.model))
 
     def vote_s(self, ctx: CostContext) -> float:
         """GPU seconds of one sparse layer's vote at prefill (module docstring): the window's queries

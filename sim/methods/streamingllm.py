@@ -34,15 +34,10 @@ from typing import ClassVar
 import numpy as np
 
 from sim.config import SimConfig
-from sim.methods.base import CostContext, GroupOptionMethod, MemoryNeed, OpSpec, Work
-from sim.methods.dropping import (
-    attended_tokens,
-    budget_attention_s,
-    budget_memory,
-    eager_attention_s,
-    layer_template,
-    layer_work,
-)
+from sim.methods.base import CostContext, MemoryNeed
+from sim.methods.decoder_layer import GroupOptionMethod
+from sim.methods.dropping import attended_tokens, budget_attention_s, budget_memory, eager_attention_s
+from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
 from traces.models import ModelSpec
 
@@ -67,20 +62,19 @@ class StreamingLLM(GroupOptionMethod):
         "streaming_llm/pos_shift/modify_llama.py (eager attention re-applying RoPE to every cached key)",
     )
 
-    def template(self, ctx: CostContext) -> tuple[OpSpec, ...]:
-        return layer_template()
+    def recipe(self) -> DecoderRecipe:
+        return HF_DECODER.with_attention(POS_SHIFT_ATTENTION)
 
-    def work(self, ctx: CostContext) -> dict[str, Work]:
+    def attention_s(self, ctx: CostContext) -> np.ndarray:
         cost, m = ctx.cost, ctx.model
         sets = self.sets_per_layer(m)
-        if ctx.as_published:  # position-shift eager attention on every layer (module docstring)
-            tokens = attended_tokens(ctx)
-            b, d, dt = ctx.cfg.batch_size, m.head_dim, ctx.cfg.dtype_bytes
-            rope = cost.kernel_s(0.0, _ROPE_PASSES * 2 * b * m.n_kv_heads * tokens * d * dt, _ROPE_PASSES)
-            attention = np.asarray(eager_attention_s(ctx, tokens, sets) + rope, dtype=np.float64)
-        else:
-            attention = budget_attention_s(ctx, sets)
-        return layer_work(ctx, attention, POS_SHIFT_ATTENTION)
+        if not ctx.as_published:
+            return budget_attention_s(ctx, sets)
+        # position-shift eager attention on every layer (module docstring)
+        tokens = attended_tokens(ctx)
+        b, d, dt = ctx.cfg.batch_size, m.head_dim, ctx.cfg.dtype_bytes
+        rope = cost.kernel_s(0.0, _ROPE_PASSES * 2 * b * m.n_kv_heads * tokens * d * dt, _ROPE_PASSES)
+        return np.asarray(eager_attention_s(ctx, tokens, sets) + rope, dtype=np.float64)
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
         """Budget tokens per kept set on sparse layers, the whole context on dense layers; no host."""
