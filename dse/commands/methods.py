@@ -5,17 +5,24 @@
     dse methods --markdown      the method list README shows (README and docs/methods.md are checked
                                 against it: tests/dse/test_methods_cli.py)
     dse methods --markdown --knobs   the knob tables of docs/methods.md
+    dse methods --update-docs   rewrite those tables in README.md and docs/methods.md (between their
+                                `<!-- methods: begin/end -->` and `<!-- knobs: begin/end -->` markers)
 
 Never imports torch.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from traces.catalogue import CATALOGUE, MethodEntry, entry
 
-__all__ = ["command", "methods_markdown", "knobs_markdown"]
+__all__ = ["command", "methods_markdown", "knobs_markdown", "update_docs", "DOC_SECTIONS"]
+
+# file (relative to the repository root) -> the marked sections it holds
+DOC_SECTIONS = {"README.md": ("methods",), "docs/methods.md": ("methods", "knobs")}
 
 
 def _halves(e: MethodEntry) -> tuple[str, str]:
@@ -60,6 +67,32 @@ def knobs_markdown() -> str:
     return "\n".join(out)
 
 
+def _section(marker: str) -> str:
+    return methods_markdown() if marker == "methods" else knobs_markdown()
+
+
+def update_docs(root: Path) -> list[Path]:
+    """Rewrite every marked section of DOC_SECTIONS under `root` with the catalogue's tables; the files
+    changed. A file without its markers is a DseError naming it."""
+    from dse.errors import DseError
+    from dse.paths import write_text
+
+    changed = []
+    for name, markers in DOC_SECTIONS.items():
+        path = root / name
+        text = old = path.read_text(encoding="utf-8")
+        for marker in markers:
+            begin, end = f"<!-- {marker}: begin -->\n", f"<!-- {marker}: end -->"
+            if begin not in text or end not in text:
+                raise DseError(f"{path}: the markers {begin.strip()} ... {end} are missing")
+            head, rest = text.split(begin, 1)
+            text = head + begin + _section(marker) + end + rest.split(end, 1)[1]
+        if text != old:
+            write_text(path, text, str(path))
+            changed.append(path)
+    return changed
+
+
 def _show_one(name: str) -> None:
     from rich.table import Table
 
@@ -88,13 +121,19 @@ def _show_one(name: str) -> None:
 @click.argument("method", required=False)
 @click.option("--markdown", is_flag=True, help="print Markdown (the method list of README and docs)")
 @click.option("--knobs", "knob_tables", is_flag=True, help="with --markdown: the knob tables instead")
-def command(method: str | None, markdown: bool, knob_tables: bool) -> None:
+@click.option("--update-docs", "rewrite_docs", is_flag=True,
+              help="rewrite the method and knob tables of README.md and docs/methods.md in this checkout")
+def command(method: str | None, markdown: bool, knob_tables: bool, rewrite_docs: bool) -> None:
     """The KV methods this toolkit knows (the method catalogue): which have a runtime policy (dse trace)
     and a simulator model (dse sim), and each method's knobs."""
     from rich.table import Table
 
     from dse.commands.sim_render import console
 
+    if rewrite_docs:
+        changed = update_docs(Path(__file__).resolve().parents[2])
+        click.echo("rewrote " + ", ".join(str(p) for p in changed) if changed else "the tables are current")
+        return
     if method is not None:
         _show_one(method)
         return

@@ -1,5 +1,5 @@
 """`dse methods` shows the method catalogue; README's and docs/methods.md's method lists and knob tables are
-its output (regenerate with `dse methods --markdown [--knobs]` and paste between the markers)."""
+its output (`dse methods --update-docs` rewrites them)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,22 @@ def test_dse_methods_lists_and_explains(capsys: pytest.CaptureFixture[str]) -> N
     err = capsys.readouterr().err
     assert "unknown method 'lru': valid methods are freekv" in err and "Traceback" not in err
     assert main(["methods", "--markdown"]) == 0 and capsys.readouterr().out == methods_markdown()
+
+
+def test_update_docs_rewrites_only_the_marked_sections(tmp_path: Path) -> None:
+    from dse.commands.methods import DOC_SECTIONS, update_docs
+    from dse.errors import DseError
+
+    for name, markers in DOC_SECTIONS.items():
+        text = (ROOT / name).read_text()
+        for marker in markers:  # a stale table in every marked section
+            text = text.replace(_between(text, marker), "| `stale` |\n")
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert sorted(p.name for p in update_docs(tmp_path)) == ["README.md", "methods.md"]
+    for name in DOC_SECTIONS:
+        assert (tmp_path / name).read_text() == (ROOT / name).read_text()
+    assert update_docs(tmp_path) == []
+    (tmp_path / "README.md").write_text("no markers")
+    with pytest.raises(DseError, match="README.md: the markers <!-- methods: begin --> ... "):
+        update_docs(tmp_path)
