@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from os import PathLike
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from sim.errors import SimInputError
 from sim.hardware import HardwareProfile, load_profile
 from sim.methods.base import CostContext, Method
 from sim.schedule import run_schedule
+
+if TYPE_CHECKING:
+    from traces import TraceReader
 
 __all__ = [
     "PARAMETERS",
@@ -219,24 +222,27 @@ def _errors(pred: dict[str, np.ndarray], meas: dict[str, np.ndarray], rows: np.n
     return loss, float(np.mean(np.abs(p - m) / m))
 
 
-def calibrate(
-    trace: str | PathLike[str],
-    hardware: str,
-    train_fraction: float = 0.6,
-    rounds: int = 8,
-    allow_wall_clock: bool = False,
-) -> Calibration:
-    """Fit PARAMETERS of profile `hardware` on the first `train_fraction` of the steps of `trace`."""
-    from traces import open_trace
+@dataclass(frozen=True)
+class _Measured:
+    """What a trace measured on its sequence 0: its demand, per-step timings by key, the prompt."""
 
-    reader = open_trace(trace)
-    clock = reader.meta.timing_clock
+    demand: Demand
+    timings: dict[str, np.ndarray]  # key -> (S,) seconds (NaN where a step lacks the key)
+    keys: list[str]  # the TIMING_KEYS and "step_total" the trace has
+    n_steps: int
+    prompt_tokens: int
+
+
+def _check_clock(trace: str | PathLike[str], clock: str, allow_wall_clock: bool) -> None:
     if clock != "cuda_event" and not allow_wall_clock:
         raise SimInputError(
             f"trace {trace} was timed with the {clock!r} clock: only CUDA-event timings of a GPU run can "
             "calibrate a GPU profile (wall-clock timings of a CPU run measure the CPU, not the GPU, link "
             "or host of the profile). Record a trace with `dse trace` on a GPU and calibrate with that."
         )
+
+
+def _measured(reader: TraceReader, trace: str | PathLike[str]) -> _Measured:
     demand = _first_sequence(demand_from_trace(reader))
     timings = demand.timings_s[0]
     n_steps = len(timings)
@@ -250,53 +256,84 @@ def calibrate(
     prefills = reader.prefills()
     prompt = prefills[0].prompt_tokens if prefills else int(next(iter(reader.steps())).context_tokens) - 1
     prompt += demand.skipped_steps[0] if demand.skipped_steps else 0  # steps within the budget left out
-    profile0 = load_profile(hardware)
-    cfg = config_from_trace(
-        demand, reader.meta.runtime, reader.meta.model.name, prompt, n_steps, profile0.name
-    )
-    n_train = max(2, int(round(train_fraction * n_steps)))
-    train, test = np.arange(n_train), np.arange(n_train, n_steps)
-    fit_keys = [k for k in keys if np.isfinite(meas[k][train]).all()]
+    return _Measured(demand, meas, keys, n_steps, prompt)
 
-    prep = prepare(cfg, demand, 0, profile0)  # the demand is fixed: only the profile changes below
-    model = prep.ctx.model
 
-    def loss_of(values: dict[str, float], keys: Sequence[str]) -> tuple[float, dict]:
-        prof = _set(profile0, values, "trial")
+class _ProfileFit:
+    """The fit loss of trial profile values: the traced run's demand is fixed, only the profile changes."""
+
+    def __init__(self, cfg: SimConfig, profile0: HardwareProfile, measured: _Measured, train: np.ndarray):
+        self.cfg, self.profile0, self.measured, self.train = cfg, profile0, measured, train
+        self.prep = prepare(cfg, measured.demand, 0, profile0)
+
+    def loss(self, values: dict[str, float], keys: Sequence[str]) -> tuple[float, dict[str, np.ndarray]]:
+        """(loss on the training steps over `keys`, the predicted timings) with `values` set."""
+        cfg, prep = self.cfg, self.prep
+        prof = _set(self.profile0, values, "trial")
         ctx = CostContext(
             cfg=cfg,
-            model=model,
+            model=prep.ctx.model,
             profile=prof,
-            cost=CostModel(model, prof, cfg.batch_size, cfg.dtype_bytes),
+            cost=CostModel(prep.ctx.model, prof, cfg.batch_size, cfg.dtype_bytes),
             demand=prep.ctx.demand,
         )
         pred = _timings(prep.method, ctx, prof)
-        loss, _ = _errors(pred, meas, train, [k for k in keys if k in pred])
+        loss, _ = _errors(pred, self.measured.timings, self.train, [k for k in keys if k in pred])
         return loss, pred
 
-    current = {p: _get(profile0, p) for p in PARAMETERS}
-    _, pred0 = loss_of(current, fit_keys)
+
+def _fit_stages(
+    fit: _ProfileFit, start: dict[str, float], fit_keys: Sequence[str], rounds: int
+) -> dict[str, float]:
+    """The coordinate search of each of _STAGES in turn, each on its parameters and timing keys."""
+    current = start
     for params, stage_keys in _STAGES:
         keys = [k for k in fit_keys if stage_keys is None or k in stage_keys]
         if keys:
-            current = _coordinate_search(lambda v, k=keys: loss_of(v, k)[0], current, params, rounds)
+            current = _coordinate_search(lambda v, k=keys: fit.loss(v, k)[0], current, params, rounds)
+    return current
+
+
+def calibrate(
+    trace: str | PathLike[str],
+    hardware: str,
+    train_fraction: float = 0.6,
+    rounds: int = 8,
+    allow_wall_clock: bool = False,
+) -> Calibration:
+    """Fit PARAMETERS of profile `hardware` on the first `train_fraction` of the steps of `trace`."""
+    from traces import open_trace
+
+    reader = open_trace(trace)
+    clock = reader.meta.timing_clock
+    _check_clock(trace, clock, allow_wall_clock)
+    measured = _measured(reader, trace)
+    meas, n_steps = measured.timings, measured.n_steps
+    profile0 = load_profile(hardware)
+    cfg = config_from_trace(
+        measured.demand, reader.meta.runtime, reader.meta.model.name, measured.prompt_tokens, n_steps,
+        profile0.name,
+    )  # fmt: skip
+    n_train = max(2, int(round(train_fraction * n_steps)))
+    train, test = np.arange(n_train), np.arange(n_train, n_steps)
+    fit_keys = [k for k in measured.keys if np.isfinite(meas[k][train]).all()]
+    fit = _ProfileFit(cfg, profile0, measured, train)
+    before = {p: _get(profile0, p) for p in PARAMETERS}
+    _, pred0 = fit.loss(before, fit_keys)
+    current = _fit_stages(fit, dict(before), fit_keys, rounds)
     source = f"fitted by dse sim calibrate on {trace}, steps 0..{n_train - 1} of sequence 0"
-    fitted = _set(profile0, current, source)
-    _, pred = loss_of(current, fit_keys)
+    _, pred = fit.loss(current, fit_keys)
     test_rows = test if len(test) else train
-    _, train_err = _errors(pred, meas, train, [])
-    _, test_err = _errors(pred, meas, test_rows, [])
-    _, test_err0 = _errors(pred0, meas, test_rows, [])
     notes = []
     if clock != "cuda_event":
         notes.append(f"timings use the {clock!r} clock: this fit only exercises the code path")
     return Calibration(
-        profile=fitted,
-        before={p: _get(profile0, p) for p in PARAMETERS},
+        profile=_set(profile0, current, source),
+        before=before,
         after=current,
-        train_error=train_err,
-        test_error=test_err,
-        test_error_before=test_err0,
+        train_error=_errors(pred, meas, train, [])[1],
+        test_error=_errors(pred, meas, test_rows, [])[1],
+        test_error_before=_errors(pred0, meas, test_rows, [])[1],
         n_train=n_train,
         n_test=len(test),
         keys=tuple(fit_keys),

@@ -184,6 +184,117 @@ def _pack_transfer(pk: _Packer, base: int, tr: Transfer, dma_latency_s: float) -
         put(base + F_ISSUE, nf * tr.issue_s)
 
 
+@dataclass
+class _Tables:
+    """The template as sim/schedule_loop.py reads it: per op its kind, flags, engine group, direction,
+    engine count (`rate`), resources and dependencies; the field values packed in `pk`."""
+
+    pk: _Packer
+    kind: np.ndarray
+    host_issuer: np.ndarray
+    group: np.ndarray
+    direction: np.ndarray
+    rate: np.ndarray
+    res_idx: np.ndarray
+    n_res: np.ndarray
+    dep_op: np.ndarray
+    dep_lag: np.ndarray
+    n_dep: np.ndarray
+    host_sync: np.ndarray
+
+
+def _work_items(template: Sequence[OpSpec], work: Mapping[str, Work | np.ndarray]) -> dict[str, Work]:
+    """Each op's work; all of one (S, L) shape."""
+    items = {op.name: as_work(work[op.name]) for op in template}
+    shapes = {work_shape(items[op.name]) for op in template}
+    if len(shapes) != 1:
+        raise ValueError(f"all work must share one (S, L) shape, got {shapes}")
+    return items
+
+
+def _empty_tables(ops: Sequence[OpSpec], shape: tuple[int, int]) -> _Tables:
+    n_ops = len(ops)
+    max_res = max([len(op.resources) for op in ops] + [1])
+    max_dep = max([len(op.deps) for op in ops] + [1])
+    return _Tables(
+        pk=_Packer(n_ops, shape),
+        kind=np.zeros(n_ops, dtype=np.int64),
+        host_issuer=np.zeros(n_ops, dtype=np.bool_),
+        group=np.zeros(n_ops, dtype=np.int64),
+        direction=np.zeros(n_ops, dtype=np.int64),
+        rate=np.ones(n_ops),
+        res_idx=np.zeros((n_ops, max_res), dtype=np.int64),
+        n_res=np.zeros(n_ops, dtype=np.int64),
+        dep_op=np.zeros((n_ops, max_dep), dtype=np.int64),
+        dep_lag=np.zeros((n_ops, max_dep), dtype=np.int64),
+        n_dep=np.zeros(n_ops, dtype=np.int64),
+        host_sync=np.zeros(n_ops, dtype=np.bool_),
+    )
+
+
+def _pack_work(tb: _Tables, i: int, item: Work, spec: CopyEngines) -> None:
+    """Op i's field values and kind; for a transfer its issuer, engine group, direction and engines."""
+    base = i * N_FIELDS
+    tb.pk.put(base + F_HOST, item.host_s)
+    if isinstance(item, Kernel):
+        tb.kind[i] = KIND_KERNEL
+        tb.pk.put(base + F_AMOUNT, item.seconds)
+        return
+    tb.kind[i] = KIND_TRANSFER
+    tb.host_issuer[i] = item.issuer == "host"
+    tb.group[i] = spec.group(item.direction)
+    tb.direction[i] = LINK_RESOURCES.index(item.direction)
+    tb.rate[i] = spec.engines(item.direction)
+    _pack_transfer(tb.pk, base, item, spec.dma_latency_s)
+
+
+def _tables(ops: Sequence[OpSpec], items: Mapping[str, Work], spec: CopyEngines) -> _Tables:
+    tb = _empty_tables(ops, work_shape(items[ops[0].name]))
+    idx = {op.name: i for i, op in enumerate(ops)}
+    for i, op in enumerate(ops):
+        _pack_work(tb, i, items[op.name], spec)
+        for x, r in enumerate(op.resources):
+            tb.res_idx[i, x] = RESOURCES.index(r)
+        tb.n_res[i] = len(op.resources)
+        for x, dep in enumerate(op.deps):
+            tb.dep_op[i, x], tb.dep_lag[i, x] = idx[dep.op], _LAGS[dep.lag]
+        tb.n_dep[i] = len(op.deps)
+        tb.host_sync[i] = op.host_sync
+    return tb
+
+
+def _record_mask(record_steps: Iterable[int], n_steps: int) -> np.ndarray:
+    rec = np.zeros(n_steps, dtype=np.bool_)
+    for st in record_steps:
+        if 0 <= st < n_steps:
+            rec[st] = True
+    return rec
+
+
+def _named_stalls(names: Sequence[str], stall: np.ndarray) -> dict[str, float]:
+    """The loop's stall array (per op, per op's host time, then unattributed) by name."""
+    n_ops = len(names)
+    named = {names[i]: float(stall[i]) for i in range(n_ops) if stall[i] > 0.0}
+    named.update(
+        {f"{names[i]}.host": float(stall[n_ops + i]) for i in range(n_ops) if stall[n_ops + i] > 0.0}
+    )
+    if stall[2 * n_ops] > 0.0:  # host-late idle time no recorded host interval covers
+        named["idle"] = float(stall[2 * n_ops])
+    return named
+
+
+def _named_events(
+    names: Sequence[str], ev_name: np.ndarray, ev_lane: np.ndarray, ev_t: np.ndarray, ev_pos: np.ndarray
+) -> list[Event]:
+    """The loop's events by op and lane name (lanes: the resources, none, the host, the directions)."""
+    lanes = [*RESOURCES, "", HOST_LANE, *LINK_RESOURCES]
+    op_names = [*names, *(f"{n}:sync" for n in names)]
+    return [
+        (op_names[a], lanes[b], float(t[0]), float(t[1]), int(p[0]), int(p[1]))
+        for a, b, t, p in zip(ev_name.tolist(), ev_lane.tolist(), ev_t, ev_pos, strict=True)
+    ]
+
+
 def run_schedule(
     template: Sequence[OpSpec],
     work: Mapping[str, Work | np.ndarray],
@@ -195,81 +306,25 @@ def run_schedule(
     """Run the aggregated schedule. work: op name -> Kernel, Transfer, or (S, L) Kernel seconds
     (0 = op absent there). copy_engines: how transfers share engines and link (default: one engine per
     direction, no DMA latency split)."""
-    template = normalise_template(template)
-    validate_template(template)
-    spec = copy_engines or CopyEngines()
-    items = {op.name: as_work(work[op.name]) for op in template}
-    shapes = {work_shape(items[op.name]) for op in template}
-    if len(shapes) != 1:
-        raise ValueError(f"all work must share one (S, L) shape, got {shapes}")
-    n_steps, n_layers = shapes.pop()
-    ops = list(template)
-    n_ops = len(ops)
-    idx = {op.name: i for i, op in enumerate(ops)}
-    res_names = list(RESOURCES)
-    pk = _Packer(n_ops, (n_steps, n_layers))
-    kind = np.zeros(n_ops, dtype=np.int64)
-    host_issuer = np.zeros(n_ops, dtype=np.bool_)
-    group = np.zeros(n_ops, dtype=np.int64)
-    direction = np.zeros(n_ops, dtype=np.int64)
-    rate = np.ones(n_ops)
-    max_res = max([len(op.resources) for op in ops] + [1])
-    max_dep = max([len(op.deps) for op in ops] + [1])
-    res_idx = np.zeros((n_ops, max_res), dtype=np.int64)
-    n_res = np.zeros(n_ops, dtype=np.int64)
-    dep_op = np.zeros((n_ops, max_dep), dtype=np.int64)
-    dep_lag = np.zeros((n_ops, max_dep), dtype=np.int64)
-    n_dep = np.zeros(n_ops, dtype=np.int64)
-    host_sync = np.zeros(n_ops, dtype=np.bool_)
-    for i, op in enumerate(ops):
-        item = items[op.name]
-        base = i * N_FIELDS
-        pk.put(base + F_HOST, item.host_s)
-        if isinstance(item, Kernel):
-            kind[i] = KIND_KERNEL
-            pk.put(base + F_AMOUNT, item.seconds)
-        else:
-            kind[i] = KIND_TRANSFER
-            host_issuer[i] = item.issuer == "host"
-            group[i] = spec.group(item.direction)
-            direction[i] = LINK_RESOURCES.index(item.direction)
-            rate[i] = spec.engines(item.direction)
-            _pack_transfer(pk, base, item, spec.dma_latency_s)
-        for x, r in enumerate(op.resources):
-            res_idx[i, x] = res_names.index(r)
-        n_res[i] = len(op.resources)
-        for x, dep in enumerate(op.deps):
-            dep_op[i, x], dep_lag[i, x] = idx[dep.op], _LAGS[dep.lag]
-        n_dep[i] = len(op.deps)
-        host_sync[i] = op.host_sync
+    ops = list(normalise_template(template))
+    validate_template(ops)
+    items = _work_items(ops, work)
+    n_steps, n_layers = work_shape(items[ops[0].name])
+    tb = _tables(ops, items, copy_engines or CopyEngines())
     uses_compute = any("compute" in op.resources for op in ops)
-    rec = np.zeros(n_steps, dtype=np.bool_)
-    for st in record_steps:
-        if 0 <= st < n_steps:
-            rec[st] = True
-    max_events = int(rec.sum()) * n_layers * n_ops * (max_res + 3)
-    ends, stall, busy, link_busy, ev_name, ev_lane, ev_t, ev_pos = schedule_loop(
-        n_steps, n_layers, float(sync_s), pk.buffer(), pk.off, pk.ss, pk.ls, pk.by_count,
-        kind, host_issuer, group, direction, rate, res_idx, n_res, dep_op, dep_lag, n_dep, host_sync,
-        res_names.index("compute") if uses_compute else -1, len(res_names), rec, max_events,
+    rec = _record_mask(record_steps, n_steps)
+    max_events = int(rec.sum()) * n_layers * len(ops) * (tb.res_idx.shape[1] + 3)
+    ends, stall, busy, link_busy, *events = schedule_loop(
+        n_steps, n_layers, float(sync_s), tb.pk.buffer(), tb.pk.off, tb.pk.ss, tb.pk.ls, tb.pk.by_count,
+        tb.kind, tb.host_issuer, tb.group, tb.direction, tb.rate, tb.res_idx, tb.n_res, tb.dep_op,
+        tb.dep_lag, tb.n_dep, tb.host_sync, RESOURCES.index("compute") if uses_compute else -1,
+        len(RESOURCES), rec, max_events,
     )  # fmt: skip
     names = [op.name for op in ops]
-    stall_named = {names[i]: float(stall[i]) for i in range(n_ops) if stall[i] > 0.0}
-    stall_named.update(
-        {f"{names[i]}.host": float(stall[n_ops + i]) for i in range(n_ops) if stall[n_ops + i] > 0.0}
-    )
-    if stall[2 * n_ops] > 0.0:  # host-late idle time no recorded host interval covers
-        stall_named["idle"] = float(stall[2 * n_ops])
-    lanes = [*res_names, "", HOST_LANE, *LINK_RESOURCES]
-    op_names = [*names, *(f"{n}:sync" for n in names)]
-    events: list[Event] = [
-        (op_names[a], lanes[b], float(t[0]), float(t[1]), int(p[0]), int(p[1]))
-        for a, b, t, p in zip(ev_name.tolist(), ev_lane.tolist(), ev_t, ev_pos, strict=True)
-    ]
     return ScheduleResult(
         step_end_s=np.asarray(ends),
-        stall_s=stall_named,
-        events=events,
-        busy_s={names[i]: float(busy[i]) for i in range(n_ops) if busy[i] > 0.0},
+        stall_s=_named_stalls(names, stall),
+        events=_named_events(names, *events),
+        busy_s={names[i]: float(busy[i]) for i in range(len(ops)) if busy[i] > 0.0},
         link_busy_s={d: float(link_busy[k]) for k, d in enumerate(LINK_RESOURCES)},
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,11 +197,109 @@ class ServingResult:
         }
 
 
-def serve(requests: list[Request], costs: StepCosts) -> ServingResult:
-    """Simulate the request stream (module docstring); pure."""
-    n = len(requests)
-    if n == 0:
-        raise SimInputError("serving simulation needs at least one request")
+class _Replica:
+    """One GPU serving a request stream (module docstring): requests arrive into a FIFO queue, join the
+    running batch when their memory fits, are prefilled alone between decode steps, and leave after
+    their last token."""
+
+    def __init__(self, requests: list[Request], costs: StepCosts) -> None:
+        self.requests, self.costs = requests, costs
+        self.env = simpy.Environment()
+        self.waiting: list[int] = []
+        self.running: dict[int, list[int]] = {}  # request -> [context tokens, tokens still to emit]
+        self.first = np.full(len(requests), np.nan)
+        self.finish = np.full(len(requests), np.nan)
+        self.steps: list[float] = []
+        self.gpu_bytes, self.host_bytes = costs.gpu_fixed_bytes, 0  # reserved now
+        self.max_batch = 0
+        self.done = 0
+        self.arrived = self.env.event()
+
+    def arrivals(self) -> Generator[simpy.Event, object, None]:
+        for i, r in enumerate(self.requests):
+            yield self.env.timeout(max(0.0, r.arrival_s - self.env.now))
+            self.waiting.append(i)
+            if not self.arrived.triggered:
+                self.arrived.succeed()
+
+    def _seq_bytes(self, i: int) -> tuple[int, int]:
+        return self.costs.per_seq_bytes(self.requests[i].input_tokens, self.requests[i].output_tokens)
+
+    def _fits(self, i: int) -> bool:
+        g, h = self._seq_bytes(i)
+        gpu_ok = self.gpu_bytes + g <= self.costs.gpu_capacity_bytes
+        return gpu_ok and self.host_bytes + h <= self.costs.host_capacity_bytes
+
+    def _finished(self, i: int) -> None:
+        """Request i emitted its last token now: its memory is free again."""
+        self.finish[i] = self.env.now
+        g, h = self._seq_bytes(i)
+        self.gpu_bytes -= g
+        self.host_bytes -= h
+        self.done += 1
+
+    def _admit(self) -> Generator[simpy.Event, object, None]:
+        """Prefill the waiting requests that fit, in arrival order (the queue's head waits for memory)."""
+        while self.waiting and self._fits(self.waiting[0]):
+            i = self.waiting.pop(0)
+            r = self.requests[i]
+            g, h = self._seq_bytes(i)
+            self.gpu_bytes += g
+            self.host_bytes += h
+            yield self.env.timeout(self.costs.prefill_s(r.input_tokens))  # blocks the batch's decode
+            self.first[i] = self.env.now
+            if r.output_tokens == 1:
+                self._finished(i)
+            else:
+                self.running[i] = [r.input_tokens + 1, r.output_tokens - 1]
+
+    def _decode_step(self) -> Generator[simpy.Event, object, None]:
+        """One decode step of the running batch: one token per sequence."""
+        running = self.running
+        self.max_batch = max(self.max_batch, len(running))
+        ctx = sum(v[0] for v in running.values()) / len(running)
+        dt = self.costs.decode_s(len(running), ctx)
+        yield self.env.timeout(dt)
+        self.steps.append(dt)
+        for i in list(running):
+            running[i][0] += 1
+            running[i][1] -= 1
+            if running[i][1] == 0:
+                del running[i]
+                self._finished(i)
+
+    def server(self) -> Generator[simpy.Event, object, None]:
+        n = len(self.requests)
+        while self.done < n:
+            yield from self._admit()
+            if not self.running:
+                if self.done >= n:
+                    break
+                self.arrived = self.env.event()
+                if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
+                    raise AssertionError("a waiting request does not fit an empty GPU")
+                yield self.arrived
+                continue
+            yield from self._decode_step()
+
+    def result(self) -> ServingResult:
+        arrival = np.array([r.arrival_s for r in self.requests])
+        outputs = np.array([r.output_tokens for r in self.requests])
+        first, finish = self.first, self.finish
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(outputs > 1, (finish - first) / np.maximum(outputs - 1, 1), np.nan)
+        return ServingResult(
+            first - arrival,
+            tpot,
+            np.array(self.steps),
+            finish,
+            outputs,
+            self.max_batch,
+            float(np.nanmax(finish) - arrival.min()),
+        )
+
+
+def _check_fits_alone(requests: list[Request], costs: StepCosts) -> None:
     for r in requests:
         g, h = costs.per_seq_bytes(r.input_tokens, r.output_tokens)
         if costs.gpu_fixed_bytes + g > costs.gpu_capacity_bytes or h > costs.host_capacity_bytes:
@@ -209,83 +307,18 @@ def serve(requests: list[Request], costs: StepCosts) -> ServingResult:
                 f"a request of {r.input_tokens} input + {r.output_tokens} output tokens does not fit memory "
                 f"alone on {costs.cfg.hardware} with {costs.cfg.method}: shorten it or pick a larger GPU"
             )
-    env = simpy.Environment()
-    waiting: list[int] = []
-    running: dict[int, list[int]] = {}  # request -> [context tokens, tokens still to emit]
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    steps: list[float] = []
-    state = {"gpu": costs.gpu_fixed_bytes, "host": 0, "max_batch": 0, "arrived": env.event()}
 
-    def arrivals():
-        for i, r in enumerate(requests):
-            yield env.timeout(max(0.0, r.arrival_s - env.now))
-            waiting.append(i)
-            if not state["arrived"].triggered:
-                state["arrived"].succeed()
 
-    def fits(i: int) -> bool:
-        g, h = costs.per_seq_bytes(requests[i].input_tokens, requests[i].output_tokens)
-        return state["gpu"] + g <= costs.gpu_capacity_bytes and state["host"] + h <= costs.host_capacity_bytes
-
-    def server():
-        done = 0
-        while done < n:
-            while waiting and fits(waiting[0]):  # FIFO: the head of the queue waits for memory
-                i = waiting.pop(0)
-                r = requests[i]
-                g, h = costs.per_seq_bytes(r.input_tokens, r.output_tokens)
-                state["gpu"] += g
-                state["host"] += h
-                yield env.timeout(costs.prefill_s(r.input_tokens))  # blocks the batch's decode
-                first[i] = env.now
-                if r.output_tokens == 1:
-                    finish[i] = env.now
-                    state["gpu"] -= g
-                    state["host"] -= h
-                    done += 1
-                else:
-                    running[i] = [r.input_tokens + 1, r.output_tokens - 1]
-            if not running:
-                if done >= n:
-                    break
-                state["arrived"] = env.event()
-                if waiting:  # cannot happen: an idle GPU admits any request that fits alone
-                    raise AssertionError("a waiting request does not fit an empty GPU")
-                yield state["arrived"]
-                continue
-            state["max_batch"] = max(state["max_batch"], len(running))
-            ctx = sum(v[0] for v in running.values()) / len(running)
-            dt = costs.decode_s(len(running), ctx)
-            yield env.timeout(dt)
-            steps.append(dt)
-            for i in list(running):
-                running[i][0] += 1
-                running[i][1] -= 1
-                if running[i][1] == 0:
-                    del running[i]
-                    finish[i] = env.now
-                    g, h = costs.per_seq_bytes(requests[i].input_tokens, requests[i].output_tokens)
-                    state["gpu"] -= g
-                    state["host"] -= h
-                    done += 1
-
-    env.process(arrivals())
-    env.process(server())
-    env.run()
-    arrival = np.array([r.arrival_s for r in requests])
-    outputs = np.array([r.output_tokens for r in requests])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (finish - first) / np.maximum(outputs - 1, 1), np.nan)
-    return ServingResult(
-        first - arrival,
-        tpot,
-        np.array(steps),
-        finish,
-        outputs,
-        state["max_batch"],
-        float(np.nanmax(finish) - arrival.min()),
-    )
+def serve(requests: list[Request], costs: StepCosts) -> ServingResult:
+    """Simulate the request stream (module docstring); pure."""
+    if len(requests) == 0:
+        raise SimInputError("serving simulation needs at least one request")
+    _check_fits_alone(requests, costs)
+    replica = _Replica(requests, costs)
+    replica.env.process(replica.arrivals())
+    replica.env.process(replica.server())
+    replica.env.run()
+    return replica.result()
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,7 @@ def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | No
     at the end of the file, is a torn write (result.truncated); a bad header CRC, a bad payload CRC
     followed by more data, an unknown kind or data after the END frame raise TraceError.
     """
+    scanning = stop is None and result is not None
     offset = start
     limit = file_bytes if stop is None else stop
     seen_end = False
@@ -156,45 +157,11 @@ def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | No
         where = f"{path} at byte {offset}"
         if seen_end:
             raise TraceError(f"{where}: data after the end frame; the file was appended to after close")
-        head = f.read(FRAME_HEADER.size)
-        if len(head) < FRAME_HEADER.size:
-            if stop is None and result is not None:
-                result.truncated, result.torn_frame_offset = True, offset
-                return
-            raise TraceError(f"{where}: the file is shorter than when it was opened")
-        kind, flags, n_bytes, payload_crc, header_crc = FRAME_HEADER.unpack(head)
-        if zlib.crc32(head[:10]) != header_crc:
-            if stop is None and result is not None and _zeros_to_end(f, head):
-                # a crash without fsync can leave the file's last blocks zero-filled: a torn tail
-                result.truncated, result.torn_frame_offset = True, offset
-                return
-            raise TraceError(
-                f"{where}: corrupted frame header (checksum mismatch); the file is damaged in the middle, "
-                "not merely cut short"
-            )
-        if kind not in Kind.ALL:
-            raise TraceError(f"{where}: unknown frame kind {kind} (known: {sorted(Kind.NAMES.values())})")
-        if n_bytes > MAX_PAYLOAD_BYTES:
-            raise TraceError(f"{where}: frame payload of {n_bytes} bytes exceeds {MAX_PAYLOAD_BYTES}")
-        frame_end = offset + FRAME_HEADER.size + n_bytes
-        if frame_end > limit:
-            if stop is None and result is not None:
-                result.truncated, result.torn_frame_offset = True, offset
-                return
-            raise TraceError(f"{where}: the file is shorter than when it was opened")
-        stored = f.read(n_bytes)
-        if zlib.crc32(stored) != payload_crc:
-            if stop is None and result is not None and frame_end == file_bytes:
-                result.truncated, result.torn_frame_offset = True, offset
-                return
-            raise TraceError(
-                f"{where}: {Kind.NAMES[kind]} frame fails its CRC-32 check and more data follows it: "
-                "the trace is corrupted in the middle (a run cut short only damages the last frame)"
-            )
-        try:
-            payload = zlib.decompress(stored) if flags & FLAG_ZLIB else stored
-        except zlib.error as exc:
-            raise TraceError(f"{where}: {Kind.NAMES[kind]} frame does not decompress ({exc})") from None
+        frame = _read_frame(f, where, offset, limit, file_bytes, scanning)
+        if frame is None:  # a torn write ends the file
+            result.truncated, result.torn_frame_offset = True, offset  # type: ignore[union-attr]
+            return
+        kind, payload, frame_end = frame
         if result is not None:
             result.counts[kind] += 1
             result.valid_bytes = frame_end
@@ -203,6 +170,58 @@ def _frames(f: BinaryIO, path: Path, file_bytes: int, start: int, stop: int | No
         seen_end = kind == Kind.END
         yield Frame(kind, offset, payload)
         offset = frame_end
+
+
+def _read_frame(f: BinaryIO, where: str, offset: int, limit: int, file_bytes: int,
+                scanning: bool) -> tuple[int, bytes, int] | None:
+    """(kind, decompressed payload, end offset) of the frame at `offset`, or None for a torn write
+    (only when scanning; otherwise every defect raises TraceError)."""
+    header = _read_frame_header(f, where, scanning)
+    if header is None:
+        return None
+    kind, flags, n_bytes, payload_crc = header
+    frame_end = offset + FRAME_HEADER.size + n_bytes
+    if frame_end > limit:
+        if scanning:
+            return None
+        raise TraceError(f"{where}: the file is shorter than when it was opened")
+    stored = f.read(n_bytes)
+    if zlib.crc32(stored) != payload_crc:
+        if scanning and frame_end == file_bytes:
+            return None
+        raise TraceError(
+            f"{where}: {Kind.NAMES[kind]} frame fails its CRC-32 check and more data follows it: "
+            "the trace is corrupted in the middle (a run cut short only damages the last frame)"
+        )
+    try:
+        payload = zlib.decompress(stored) if flags & FLAG_ZLIB else stored
+    except zlib.error as exc:
+        raise TraceError(f"{where}: {Kind.NAMES[kind]} frame does not decompress ({exc})") from None
+    return kind, payload, frame_end
+
+
+def _read_frame_header(f: BinaryIO, where: str, scanning: bool) -> tuple[int, int, int, int] | None:
+    """(kind, flags, payload_bytes, payload_crc32) of a checked frame header, or None for a torn write
+    (only when scanning)."""
+    head = f.read(FRAME_HEADER.size)
+    if len(head) < FRAME_HEADER.size:
+        if scanning:
+            return None
+        raise TraceError(f"{where}: the file is shorter than when it was opened")
+    kind, flags, n_bytes, payload_crc, header_crc = FRAME_HEADER.unpack(head)
+    if zlib.crc32(head[:10]) != header_crc:
+        if scanning and _zeros_to_end(f, head):
+            # a crash without fsync can leave the file's last blocks zero-filled: a torn tail
+            return None
+        raise TraceError(
+            f"{where}: corrupted frame header (checksum mismatch); the file is damaged in the middle, "
+            "not merely cut short"
+        )
+    if kind not in Kind.ALL:
+        raise TraceError(f"{where}: unknown frame kind {kind} (known: {sorted(Kind.NAMES.values())})")
+    if n_bytes > MAX_PAYLOAD_BYTES:
+        raise TraceError(f"{where}: frame payload of {n_bytes} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    return kind, flags, n_bytes, payload_crc
 
 
 def _zeros_to_end(f: BinaryIO, head: bytes) -> bool:

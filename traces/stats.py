@@ -29,7 +29,6 @@ metadata lacks an integer page_size and budget_tokens have no such phase.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,9 @@ from traces.moved_bytes import token_bytes as moved_token_bytes
 from traces.moved_bytes import token_bytes_basis
 from traces.probe import policy_probe
 from traces.reader import TraceReader
+from traces.record_totals import RecordTotals
 from traces.records import PrefillRecord, StepRecord
+from traces.stat_results import CorrectionRate, HitRate, Movement, SimilarityStats, json_ready, ratio
 
 __all__ = [
     "CorrectionRate",
@@ -52,102 +53,6 @@ __all__ = [
     "movement",
     "trace_summary",
 ]
-
-
-def _ratio(num: np.ndarray | float, den: np.ndarray | float) -> np.ndarray:
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
-def _json(value: Any) -> Any:
-    """numpy arrays / scalars -> nested lists of Python floats, NaN -> None."""
-    if isinstance(value, np.ndarray):
-        return [_json(v) for v in value.tolist()] if value.ndim else _json(value.item())
-    if isinstance(value, dict):
-        return {str(k): _json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
-@dataclass(frozen=True)
-class CorrectionRate:
-    """tau: None for the recorded flags. overall: corrected / checks. per_layer (L,), per_head (L, H).
-    check_share: share of (step, layer) checks with at least one corrected head; per layer (L,)."""
-
-    tau: float | None
-    overall: float
-    per_layer: np.ndarray
-    per_head: np.ndarray
-    check_share: float
-    check_share_per_layer: np.ndarray
-    n_checks: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _json(v) for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class HitRate:
-    """overall: 1 - missed / selected pages over the steps past the budget; per_layer (L,).
-    corrected_check_share: share of (step, layer) checks with at least one head corrected, from the
-    recorded flags. selected_pages, missed_pages: over the steps past the budget."""
-
-    overall: float
-    per_layer: np.ndarray
-    corrected_check_share: float
-    selected_pages: int
-    missed_pages: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _json(v) for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class SimilarityStats:
-    """(L, H) arrays over the finite similarities of sparse layers; count (L, H) int."""
-
-    mean: np.ndarray
-    min: np.ndarray
-    max: np.ndarray
-    std: np.ndarray
-    count: np.ndarray
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _json(v) for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class Movement:
-    """Tokens moved per decode step (means over every step; per_layer (L,) sums over the layer's heads).
-
-    fetched_tokens_per_step: host -> GPU, all heads (None where no step's fetched tokens are known: a
-    format-1 trace without page_size); fetched_tokens_per_step_sync: the corrected heads' share.
-    evicted_tokens_per_step, refactorised_heads_per_step: as named. fetched_steps: steps whose fetched
-    tokens are known (the means' denominator). derived_steps: steps whose movement was derived from
-    missed pages (format 1, or fields not recorded) rather than recorded by the method."""
-
-    fetched_tokens_per_step: float | None
-    fetched_tokens_per_step_per_layer: np.ndarray
-    fetched_tokens_per_step_sync: float | None
-    evicted_tokens_per_step: float
-    evicted_tokens_per_step_per_layer: np.ndarray
-    refactorised_heads_per_step: float
-    refactorised_heads_per_step_per_layer: np.ndarray
-    fetched_tokens: int
-    evicted_tokens: int
-    fetched_steps: int
-    derived_steps: int
-    n_steps: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: _json(v) for k, v in self.__dict__.items()}
 
 
 class _Pass:
@@ -239,7 +144,7 @@ class _Pass:
         n, known = max(self.n_steps, 1), self.fetched_steps
         return Movement(
             fetched_tokens_per_step=float(self.fetched.sum() / known) if known else None,
-            fetched_tokens_per_step_per_layer=_ratio(self.fetched, known),
+            fetched_tokens_per_step_per_layer=ratio(self.fetched, known),
             fetched_tokens_per_step_sync=self.fetched_sync / known if known else None,
             evicted_tokens_per_step=float(self.evicted.sum() / n),
             evicted_tokens_per_step_per_layer=self.evicted / n,
@@ -255,28 +160,28 @@ class _Pass:
     def correction(self) -> CorrectionRate:
         return CorrectionRate(
             tau=self.tau,
-            overall=float(_ratio(self.corrected.sum(), self.checks.sum())),
-            per_layer=_ratio(self.corrected.sum(axis=1), self.checks.sum(axis=1)),
-            per_head=_ratio(self.corrected, self.checks),
-            check_share=float(_ratio(self.layer_corrected.sum(), self.layer_checks.sum())),
-            check_share_per_layer=_ratio(self.layer_corrected, self.layer_checks),
+            overall=float(ratio(self.corrected.sum(), self.checks.sum())),
+            per_layer=ratio(self.corrected.sum(axis=1), self.checks.sum(axis=1)),
+            per_head=ratio(self.corrected, self.checks),
+            check_share=float(ratio(self.layer_corrected.sum(), self.layer_checks.sum())),
+            check_share_per_layer=ratio(self.layer_corrected, self.layer_checks),
             n_checks=int(self.checks.sum()),
         )
 
     def hits(self) -> HitRate:
         return HitRate(
-            overall=float(1.0 - _ratio(self.missed.sum(), self.selected.sum())),
-            per_layer=1.0 - _ratio(self.missed.sum(axis=1), self.selected.sum(axis=1)),
+            overall=float(1.0 - ratio(self.missed.sum(), self.selected.sum())),
+            per_layer=1.0 - ratio(self.missed.sum(axis=1), self.selected.sum(axis=1)),
             corrected_check_share=float(
-                _ratio(self.layer_recorded_corrected.sum(), self.layer_checks.sum())
+                ratio(self.layer_recorded_corrected.sum(), self.layer_checks.sum())
             ),
             selected_pages=int(self.selected.sum()),
             missed_pages=int(self.missed.sum()),
         )
 
     def similarity(self) -> SimilarityStats:
-        mean = _ratio(self.sim_sum, self.checks)
-        var = np.maximum(_ratio(self.sim_sq, self.checks) - mean * mean, 0.0)
+        mean = ratio(self.sim_sum, self.checks)
+        var = np.maximum(ratio(self.sim_sq, self.checks) - mean * mean, 0.0)
         return SimilarityStats(
             mean, self.sim_min.copy(), self.sim_max.copy(), np.sqrt(var), self.checks.copy()
         )
@@ -328,6 +233,112 @@ def movement(reader: TraceReader) -> Movement:
     return _run(reader, None).movement()
 
 
+def _summary_pass(reader: TraceReader, tau: float | None) -> tuple[_Pass, RecordTotals]:
+    """One pass over every record: the statistics and the totals."""
+    acc = _Pass(reader, _check_tau(tau))
+    totals = RecordTotals()
+    for rec in reader.records():
+        totals.sequences.add(rec.sequence)
+        if isinstance(rec, PrefillRecord):
+            totals.add_prefill(rec)
+            continue
+        acc.add(rec)
+        totals.add_step(rec)
+    return acc, totals
+
+
+def _run_fields(reader: TraceReader, acc: _Pass, totals: RecordTotals, tau: float | None) -> dict[str, Any]:
+    """What the trace is: its run, its shape, how many sequences, steps and prefills."""
+    meta, model = reader.meta, reader.meta.model
+    return {
+        "trace": str(reader.path),
+        "format_version": meta.format_version,
+        "model": model.name,
+        "complete": reader.complete,
+        "truncated": reader.truncated,
+        "n_sequences": len(totals.sequences),
+        "steps": acc.n_steps,
+        "steps_within_budget": acc.steps_within_budget,
+        "prefills": reader.n_prefills,
+        "layers": model.n_layers,
+        "kv_heads": model.n_kv_heads,
+        "dense_layers": list(reader.dense_layers),
+        "run_tau": meta.runtime.get("tau"),
+        "tau": tau,
+    }
+
+
+def _rate_fields(acc: _Pass) -> dict[str, Any]:
+    """Correction and hit rates and the similarity statistics."""
+    corr, hits, sim = acc.correction(), acc.hits(), acc.similarity()
+    return {
+        "correction_rate": corr.overall,
+        "correction_rate_per_layer": corr.per_layer,
+        "corrected_check_share": corr.check_share,
+        "corrected_check_share_per_layer": corr.check_share_per_layer,
+        "hit_rate": hits.overall,
+        "hit_rate_per_layer": hits.per_layer,
+        "mean_similarity": sim.mean,
+        "similarity_overall": {
+            "mean": float(ratio(acc.sim_sum.sum(), acc.checks.sum())),
+            "min": float(np.nanmin(sim.min)) if np.isfinite(sim.min).any() else math.nan,
+            "max": float(np.nanmax(sim.max)) if np.isfinite(sim.max).any() else math.nan,
+        },
+    }
+
+
+def _token_bytes(reader: TraceReader, kv_dtype_bytes: int) -> tuple[int, str]:
+    """(bytes the trace's method moves of one token of one KV head, how they are counted)."""
+    method, head_dim = reader.meta.runtime.get("method"), reader.meta.model.head_dim
+    basis = token_bytes_basis(method, head_dim, kv_dtype_bytes)
+    return moved_token_bytes(method, head_dim, kv_dtype_bytes), basis
+
+
+def _page_fields(
+    reader: TraceReader, acc: _Pass, totals: RecordTotals, kv_dtype_bytes: int
+) -> dict[str, Any]:
+    """Context, pages selected and missed per step and per head-step, and the recall bytes they make."""
+    model, n = reader.meta.model, max(acc.n_steps, 1)
+    page_size = reader.meta.runtime.get("page_size")
+    token_bytes, bytes_basis = _token_bytes(reader, kv_dtype_bytes)
+    page_bytes = page_size * token_bytes if isinstance(page_size, int) else None
+    missed_per_step = acc.all_missed / n
+    n_sparse_heads = int(acc.sparse.sum()) * model.n_kv_heads
+    context = {"min": totals.context_min, "max": totals.context_max, "mean": totals.context_sum / n}
+    return {
+        "context_tokens": context if acc.n_steps else None,
+        "selected_pages_per_step": acc.all_selected / n,
+        "missed_pages_per_step": missed_per_step,
+        "missed_pages_per_step_corrected_heads": acc.missed_corrected / n,
+        "selected_pages_per_head_step": ratio(acc.all_selected, n * n_sparse_heads),
+        "missed_pages_per_head_step": ratio(acc.all_missed, n * n_sparse_heads),
+        "attended_tokens_per_sparse_head_step": ratio(acc.attended_sparse, n * n_sparse_heads),
+        "recall_bytes_per_step": missed_per_step * page_bytes if page_bytes is not None else None,
+        "recall_bytes_basis": f"missed head-pages x page_size {page_size} x {bytes_basis}",
+    }
+
+
+def _movement_fields(reader: TraceReader, acc: _Pass, kv_dtype_bytes: int) -> dict[str, Any]:
+    """Tokens fetched and evicted and heads re-factorised per step, and the bytes they make."""
+    moved = acc.movement()
+    token_bytes, bytes_basis = _token_bytes(reader, kv_dtype_bytes)
+    fetched_step = moved.fetched_tokens_per_step
+    return {
+        "fetched_tokens_per_step": fetched_step,
+        "fetched_tokens_per_step_per_layer": moved.fetched_tokens_per_step_per_layer,
+        "fetched_tokens_per_step_sync": moved.fetched_tokens_per_step_sync,
+        "evicted_tokens_per_step": moved.evicted_tokens_per_step,
+        "evicted_tokens_per_step_per_layer": moved.evicted_tokens_per_step_per_layer,
+        "refactorised_heads_per_step": moved.refactorised_heads_per_step,
+        "refactorised_heads_per_step_per_layer": moved.refactorised_heads_per_step_per_layer,
+        "fetched_bytes_per_step": None if fetched_step is None else fetched_step * token_bytes,
+        "fetched_bytes_total": moved.fetched_tokens * token_bytes if moved.fetched_steps else None,
+        "evicted_bytes_total": moved.evicted_tokens * token_bytes,
+        "movement_basis": _movement_basis(moved, reader.meta.runtime.get("page_size")),
+        "movement_bytes_basis": f"head-tokens x {bytes_basis}",
+    }
+
+
 def trace_summary(
     reader: TraceReader, tau: float | None = None, *, kv_dtype_bytes: int = 2
 ) -> dict[str, Any]:
@@ -340,94 +351,14 @@ def trace_summary(
     in). Fetched and evicted bytes count each head-token the same way: head_dim * parts * kv_dtype_bytes.
     `policy_probe` is what the policy's prepare found (traces.probe), None when the trace records none.
     """
-    acc = _Pass(reader, _check_tau(tau))
-    sequences: set[int] = set()
-    context_min, context_max, context_sum = math.inf, 0, 0
-    timing_sum: dict[str, float] = {}
-    timing_steps: dict[str, int] = {}
-    prefill_sum: dict[str, float] = {}
-    prefill_count: dict[str, int] = {}
-    for rec in reader.records():
-        sequences.add(rec.sequence)
-        if isinstance(rec, PrefillRecord):
-            for name, seconds in rec.timings_s.items():
-                prefill_sum[name] = prefill_sum.get(name, 0.0) + seconds
-                prefill_count[name] = prefill_count.get(name, 0) + 1
-            continue
-        acc.add(rec)
-        context_min, context_max = min(context_min, rec.context_tokens), max(context_max, rec.context_tokens)
-        context_sum += rec.context_tokens
-        for name, seconds in rec.timings_s.items():
-            timing_sum[name] = timing_sum.get(name, 0.0) + seconds
-            timing_steps[name] = timing_steps.get(name, 0) + 1
-
-    meta, model, n = reader.meta, reader.meta.model, max(acc.n_steps, 1)
-    corr, hits, sim, moved = acc.correction(), acc.hits(), acc.similarity(), acc.movement()
-    page_size = meta.runtime.get("page_size")
-    method = meta.runtime.get("method")
-    token_bytes = moved_token_bytes(method, model.head_dim, kv_dtype_bytes)  # one token of one KV head
-    bytes_basis = token_bytes_basis(method, model.head_dim, kv_dtype_bytes)
-    page_bytes = page_size * token_bytes if isinstance(page_size, int) else None
-    fetched_step = moved.fetched_tokens_per_step
-    missed_per_step = acc.all_missed / n
-    n_sparse_heads = int(acc.sparse.sum()) * model.n_kv_heads
-    return _json({
-        "trace": str(reader.path),
-        "format_version": meta.format_version,
-        "model": model.name,
-        "complete": reader.complete,
-        "truncated": reader.truncated,
-        "n_sequences": len(sequences),
-        "steps": acc.n_steps,
-        "steps_within_budget": acc.steps_within_budget,
-        "prefills": reader.n_prefills,
-        "layers": model.n_layers,
-        "kv_heads": model.n_kv_heads,
-        "dense_layers": list(reader.dense_layers),
-        "run_tau": meta.runtime.get("tau"),
-        "tau": tau,
-        "correction_rate": corr.overall,
-        "correction_rate_per_layer": corr.per_layer,
-        "corrected_check_share": corr.check_share,
-        "corrected_check_share_per_layer": corr.check_share_per_layer,
-        "hit_rate": hits.overall,
-        "hit_rate_per_layer": hits.per_layer,
-        "mean_similarity": sim.mean,
-        "similarity_overall": {
-            "mean": float(_ratio(acc.sim_sum.sum(), acc.checks.sum())),
-            "min": float(np.nanmin(sim.min)) if np.isfinite(sim.min).any() else math.nan,
-            "max": float(np.nanmax(sim.max)) if np.isfinite(sim.max).any() else math.nan,
-        },
-        "context_tokens": (
-            {"min": context_min, "max": context_max, "mean": context_sum / n} if acc.n_steps else None
-        ),
-        "selected_pages_per_step": acc.all_selected / n,
-        "missed_pages_per_step": missed_per_step,
-        "missed_pages_per_step_corrected_heads": acc.missed_corrected / n,
-        "selected_pages_per_head_step": _ratio(acc.all_selected, n * n_sparse_heads),
-        "missed_pages_per_head_step": _ratio(acc.all_missed, n * n_sparse_heads),
-        "attended_tokens_per_sparse_head_step": _ratio(acc.attended_sparse, n * n_sparse_heads),
-        "recall_bytes_per_step": missed_per_step * page_bytes if page_bytes is not None else None,
-        "recall_bytes_basis": f"missed head-pages x page_size {page_size} x {bytes_basis}",
-        "fetched_tokens_per_step": fetched_step,
-        "fetched_tokens_per_step_per_layer": moved.fetched_tokens_per_step_per_layer,
-        "fetched_tokens_per_step_sync": moved.fetched_tokens_per_step_sync,
-        "evicted_tokens_per_step": moved.evicted_tokens_per_step,
-        "evicted_tokens_per_step_per_layer": moved.evicted_tokens_per_step_per_layer,
-        "refactorised_heads_per_step": moved.refactorised_heads_per_step,
-        "refactorised_heads_per_step_per_layer": moved.refactorised_heads_per_step_per_layer,
-        "fetched_bytes_per_step": None if fetched_step is None else fetched_step * token_bytes,
-        "fetched_bytes_total": moved.fetched_tokens * token_bytes if moved.fetched_steps else None,
-        "evicted_bytes_total": moved.evicted_tokens * token_bytes,
-        "movement_basis": _movement_basis(moved, page_size),
-        "movement_bytes_basis": f"head-tokens x {bytes_basis}",
-        "policy_probe": policy_probe(meta) or None,
-        "timings_s": {
-            "clock": meta.timing_clock,
-            "step_mean": {k: timing_sum[k] / timing_steps[k] for k in sorted(timing_sum)},
-            "steps_with": dict(sorted(timing_steps.items())),
-            "prefill_mean": {k: prefill_sum[k] / prefill_count[k] for k in sorted(prefill_sum)},
-        },
+    acc, totals = _summary_pass(reader, tau)
+    return json_ready({
+        **_run_fields(reader, acc, totals, tau),
+        **_rate_fields(acc),
+        **_page_fields(reader, acc, totals, kv_dtype_bytes),
+        **_movement_fields(reader, acc, kv_dtype_bytes),
+        "policy_probe": policy_probe(reader.meta) or None,
+        "timings_s": totals.timings(reader.meta.timing_clock),
     })
 
 
