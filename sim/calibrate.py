@@ -120,26 +120,25 @@ def _set(profile: HardwareProfile, values: dict[str, float], source: str) -> Har
 def config_from_trace(
     demand: Demand, meta_runtime: dict, model: str, prompt_tokens: int, n_steps: int, hardware: str
 ) -> SimConfig:
-    """The SimConfig of the traced run (its method, knobs, batch, prompt and step count; a trace of dense
-    attention is replayed with the dense model).
+    """The SimConfig of the traced run: its method (a trace of dense attention replays with the dense
+    model), its knobs as the replay service resolves them against the trace (sim.replay.resolve_knobs:
+    the recorded ones, else the defaults), batch 1, its prompt and step count.
 
     Replayed in the "ideal" implementation mode: the fitted numbers are hardware-profile fields, which
     are what that mode prices (the traced runtime is this project's, not a published one)."""
-    rt = meta_runtime
+    from sim.replay import resolve_knobs
+    from traces.catalogue import runtime_method
+    from traces.models import get_model
+
+    knobs = resolve_knobs({}, meta_runtime, get_model(model).n_layers).values
+    knobs["tau"] = None  # the corrections as recorded
+    if "dense_layers" not in meta_runtime:
+        knobs["dense_layers"] = ()
     try:
         return SimConfig(
-            model=model,
-            hardware=hardware,
-            method="dense" if demand.dense_attention else str(rt.get("method", "freekv")),
-            batch_size=1,
-            input_tokens=prompt_tokens,
-            output_tokens=n_steps,
-            page_size=int(rt.get("page_size", 32)),
-            budget_tokens=int(rt.get("budget_tokens", 2048)),
-            sink_tokens=int(rt.get("sink_tokens", 512)),
-            window_tokens=int(rt.get("window_tokens", 512)),
-            dense_layers=tuple(rt.get("dense_layers", ())),
-            implementation="ideal",
+            model=model, hardware=hardware, method="dense" if demand.dense_attention else
+            runtime_method(meta_runtime), batch_size=1, input_tokens=prompt_tokens, output_tokens=n_steps,
+            implementation="ideal", **knobs,
         )
     except SimInputError as exc:
         raise SimInputError(f"the trace's runtime configuration cannot be simulated: {exc}") from None

@@ -40,6 +40,7 @@ from traces.probe import policy_probe
 from traces.reader import TraceReader
 from traces.record_totals import RecordTotals
 from traces.records import PrefillRecord, StepRecord
+from traces.retrieval_knobs import budget_fit_tokens
 from traces.stat_results import CorrectionRate, HitRate, Movement, SimilarityStats, json_ready, ratio
 
 __all__ = [
@@ -64,7 +65,8 @@ class _Pass:
         self.tau = tau
         self.sparse = np.ones(n_layers, dtype=bool)
         self.sparse[[x for x in reader.dense_layers if 0 <= x < n_layers]] = False
-        self.fit_tokens = _budget_fit_tokens(reader.meta.runtime)
+        runtime = reader.meta.runtime  # the longest context that fits the run's budget (None: not recorded)
+        self.fit_tokens = budget_fit_tokens(runtime.get("page_size"), runtime.get("budget_tokens"))
         self.steps_within_budget = 0
         self.checks = np.zeros(shape, np.int64)
         self.corrected = np.zeros(shape, np.int64)
@@ -187,15 +189,6 @@ class _Pass:
         )
 
 
-def _budget_fit_tokens(runtime: dict[str, Any]) -> int | None:
-    """The largest context that fits the run's budget: budget_tokens // page_size pages of page_size
-    tokens (n_pages <= budget pages), or None where the metadata does not say."""
-    p, budget = runtime.get("page_size"), runtime.get("budget_tokens")
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (p, budget)):
-        return None
-    return budget // p * p
-
-
 def _run(reader: TraceReader, tau: float | None) -> _Pass:
     acc = _Pass(reader, _check_tau(tau))
     for rec in reader.steps():
@@ -263,7 +256,7 @@ def _run_fields(reader: TraceReader, acc: _Pass, totals: RecordTotals, tau: floa
         "layers": model.n_layers,
         "kv_heads": model.n_kv_heads,
         "dense_layers": list(reader.dense_layers),
-        "run_tau": meta.runtime.get("tau"),
+        "run_tau": meta.method_knobs.get("tau"),
         "tau": tau,
     }
 
@@ -289,7 +282,7 @@ def _rate_fields(acc: _Pass) -> dict[str, Any]:
 
 def _token_bytes(reader: TraceReader, kv_dtype_bytes: int) -> tuple[int, str]:
     """(bytes the trace's method moves of one token of one KV head, how they are counted)."""
-    method, head_dim = reader.meta.runtime.get("method"), reader.meta.model.head_dim
+    method, head_dim = reader.meta.method, reader.meta.model.head_dim
     basis = token_bytes_basis(method, head_dim, kv_dtype_bytes)
     return moved_token_bytes(method, head_dim, kv_dtype_bytes), basis
 

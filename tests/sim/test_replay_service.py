@@ -106,3 +106,9 @@ def test_a_question_is_checked_when_asked() -> None:
         _q(implementations=("fast",))
     with pytest.raises(SimInputError, match="give method names or every method, not both"):
         _q(methods=("freekv",), every_method=True)
+
+
+def test_a_trace_without_sink_tokens_replays_without_them(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "t", sink_tokens=0, window_tokens=64, budget_tokens=512)
+    ans = answer(_q(demand=DemandSource(trace=trace)))
+    assert ans.cells[0].config.sink_tokens == 0 and ans.knobs.source["sink_tokens"] == "trace"
