@@ -14,7 +14,7 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import MethodKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
-           "RazorAttentionKnobs"]
+           "TOVAKnobs", "RazorAttentionKnobs"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -51,6 +51,11 @@ class RaaSKnobs(DroppingKnobs):
 
 
 @dataclass(frozen=True)
+class TOVAKnobs(DroppingKnobs):
+    """TOVA: the budget is the multi-state size; page 1, sink 0, window 1 is TOVA as published."""
+
+
+@dataclass(frozen=True)
 class RazorAttentionKnobs(MethodKnobs):
     induction_fraction: float = knob(0.14, "share of query heads kept as induction (retrieval) heads",
                                      low=0.0, high=1.0)
@@ -81,6 +86,11 @@ ENTRIES = (
     MethodEntry("raas", "dropping", "pages stamped when important, the stalest dropped", RaaSKnobs,
                 policy=_DROP + "raas:RaaSPolicy", model=_M + "raas:RaaS",
                 source="Hu et al., RaaS (arXiv 2502.11147); rooikeee/FreeKV accuracy harness"),
+    MethodEntry("tova", "dropping", "the token the current query attends least dropped each step (heads "
+                "averaged, one set per layer)", TOVAKnobs, policy=_DROP + "tova:TOVAPolicy",
+                model=_M + "tova:TOVA",
+                source="Oren et al., Transformers are Multi-State RNNs (arXiv 2401.06104); "
+                "schwartz-lab-NLP/TOVA"),
     MethodEntry("razorattention", "dropping", "retrieval heads keep all, others sink + window + a "
                 "compensation token", RazorAttentionKnobs,
                 policy=_DROP + "razorattention:RazorAttentionPolicy",
