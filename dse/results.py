@@ -13,7 +13,7 @@ rows, so that report code never touches Optuna itself.
     res.untuned_methods             # untuned baselines of other methods (baselines.untuned)
 
 Latency and throughput are *simulated* (per hardware profile and replayed model); accuracy is
-*measured* by the real runtime. `transplanted_from` inside a sim dict says when a trace taken on one
+*measured* by the real runtime. `mapped_from` inside a sim dict says when a trace taken on one
 model was replayed on another model's shape.
 """
 

@@ -249,7 +249,7 @@ def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str
         memory=mem,
         demand_label=label if used else "none (costs do not depend on a trace)",
         transplanted_method=demand.method if moved and demand is not None else None,
-        transplanted_from=demand.transplanted_from if used else None,
+        mapped_from=demand.mapped_from if used else None,
         synthetic=demand.synthetic if used else None,
         engine=engine,
     )
@@ -272,8 +272,8 @@ def _demand_notes(prep: Prepared, demand: Demand | None) -> list[str]:
     moved = method_transplant(method, cfg, demand)
     if moved:
         notes.append(moved)
-    if demand.transplanted_from:
-        notes.append(f"demand transplanted from {demand.transplanted_from} onto {cfg.model}")
+    if demand.mapped_from:
+        notes.append(f"demand mapped from {demand.mapped_from}'s layers and heads onto {cfg.model}'s")
     if demand.synthetic:
         notes.append(f"synthetic demand: {demand.synthetic}")
     return notes + replay_notes(demand, cfg)

@@ -55,7 +55,7 @@ class SimResult:
     link_effective_gbps: dict[str, float]
     memory: MemoryFit
     demand_label: str
-    transplanted_from: str | None
+    mapped_from: str | None
     synthetic: str | None
     engine: str
     transplanted_method: str | None = None  # the trace's policy when another method's model priced it
@@ -158,7 +158,7 @@ class SimResult:
             return {
                 "method": self.method, "hardware": self.hardware, "model": self.model,
                 "config": self.config, "engine": self.engine, "demand": self.demand_label,
-                "transplanted_from": self.transplanted_from, "synthetic": self.synthetic,
+                "mapped_from": self.mapped_from, "synthetic": self.synthetic,
                 "transplanted_method": self.transplanted_method,
                 "oom": True, "oom_message": self.oom_message,
                 "per_token_latency_s": None, "prefill_s": None, "prefill_breakdown_s": {}, "decode_s": None,
@@ -175,7 +175,7 @@ class SimResult:
             "software": self.software,
             "engine": self.engine,
             "demand": self.demand_label,
-            "transplanted_from": self.transplanted_from,
+            "mapped_from": self.mapped_from,
             "transplanted_method": self.transplanted_method,
             "synthetic": self.synthetic,
             "oom": False,

@@ -56,7 +56,8 @@ command.add_command(calibrate_command)
     "rates with their provenance)",
 )
 @click.option(
-    "--model", required=True, help="target model (registry name); a trace of another model is transplanted"
+    "--model", required=True,
+    help="target model (registry name); a trace of another model is mapped onto its layers and heads"
 )
 @click.option("--hardware", required=True, help="hardware profile name or YAML file (dse hardware list)")
 @click.option(

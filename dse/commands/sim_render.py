@@ -186,7 +186,7 @@ def print_comparison(by_mode: dict[str, dict], skipped: dict[str, str]) -> None:
     modes = list(by_mode)
     results = by_mode[modes[0]]
     first = next(iter(results.values()))
-    labels = {r.demand_label for r in results.values() if r.transplanted_from or r.synthetic}
+    labels = {r.demand_label for r in results.values() if r.mapped_from or r.synthetic}
     labels = labels or {r.demand_label for r in results.values() if not r.demand_label.startswith("none")}
     out.print(
         f"[bold]{first.model}[/] on [bold]{first.hardware}[/], batch {first.batch_size}; "

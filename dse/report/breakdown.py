@@ -12,7 +12,7 @@ from dse.report.colors import add_slo_vline, bar_marker
 from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import FigureBlock
 from dse.report.pareto import pareto_front
-from dse.report.provenance import Provenance, pricing_sources, transplant_sources
+from dse.report.provenance import Provenance, mapped_sources, pricing_sources
 from dse.report.recommend import recommend
 
 __all__ = ["breakdown_figure", "featured_runs"]
@@ -82,7 +82,7 @@ def breakdown_figure(data: ReportData, profile: str) -> FigureBlock:
         + ". Colours are the same for an operation in every figure. Hover for each configuration.",
         provenance=Provenance(
             simulated=(f"critical-path time per operation on {profile}",),
-            transplanted_from=transplant_sources(r.sim[profile] for r in runs),
+            mapped_from=mapped_sources(r.sim[profile] for r in runs),
             priced=pricing_sources(r.sim[profile] for r in runs),
         ),
         height_px=max(320, 140 + 40 * len(runs)),

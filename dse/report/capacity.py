@@ -18,7 +18,7 @@ from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.grid import CapacityGrid, capacity_grid
 from dse.report.methods import methods_blocks
 from dse.report.page import Block, FigureBlock, NoteBlock, Section, TableBlock
-from dse.report.provenance import Provenance, pricing_sources, transplant_sources
+from dse.report.provenance import Provenance, mapped_sources, pricing_sources
 from dse.report.recommend import Recommendation, recommend
 from dse.report.simulate import Replays, sim_method
 
@@ -62,7 +62,7 @@ def _provenance(grid: CapacityGrid, what: str) -> Provenance:
     return Provenance(
         simulated=(f"{what} on {grid.profile}",),
         measured=(f"demand (corrections, cache hits) of {run_label(grid.run)}",),
-        transplanted_from=(grid.transplanted_from,) if grid.transplanted_from else (),
+        mapped_from=(grid.mapped_from,) if grid.mapped_from else (),
         synthetic=(grid.synthetic,) if grid.synthetic else (),
         priced=grid.priced,
     )
@@ -241,7 +241,7 @@ def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> B
         provenance=Provenance(
             measured=(f"{data.accuracy_metric} of {data.measured_model}",),
             simulated=(f"latency, throughput and memory of {data.model} on each profile",),
-            transplanted_from=transplant_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
+            mapped_from=mapped_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
             priced=pricing_sources(r.sim[p] for r in runs for p in data.profiles if p in r.sim),
         ),
     )

@@ -20,7 +20,7 @@ from dse.method_knobs import method_kind
 from dse.report.colors import add_slo_vline
 from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock, TableBlock
-from dse.report.provenance import Provenance, pricing_sources, transplant_sources
+from dse.report.provenance import Provenance, mapped_sources, pricing_sources
 from dse.report.simulate import sim_method
 
 __all__ = ["compared_methods", "best_run", "method_comparison_blocks", "KIND_SYMBOLS"]
@@ -155,7 +155,7 @@ def _figure(data: ReportData, profile: str, methods: list[str], colors: dict[str
         provenance=Provenance(
             measured=(f"accuracy ({data.accuracy_metric}) of {data.measured_model}, per method",),
             simulated=(f"mean per-token latency on {profile}, each run from its own trace",),
-            transplanted_from=transplant_sources(sims),
+            mapped_from=mapped_sources(sims),
             priced=pricing_sources(sims),
         ),
     )
@@ -190,7 +190,7 @@ def _table(data: ReportData, methods: list[str]) -> TableBlock:
         provenance=Provenance(
             measured=(f"accuracy ({data.accuracy_metric}) of {data.measured_model}",),
             simulated=("mean per-token latency per profile, each run from its own trace",),
-            transplanted_from=transplant_sources(sims),
+            mapped_from=mapped_sources(sims),
             priced=pricing_sources(sims),
         ),
     )

@@ -51,7 +51,7 @@ class ReportData:
     trials: complete trials with a simulated result, duplicates (copied measurements) left out.
     profiles: hardware profiles the runs were simulated on (study order).
     model: the model latency is simulated for (the study's target model); measured_model: the model the
-        runtime ran (accuracy, traces). They differ when traces are transplanted.
+        runtime ran (accuracy, traces). They differ when traces are mapped onto another model's shape.
     accuracy_metric: the measured metric on the accuracy axis.  slo_s: per-token latency SLO or None.
     """
 

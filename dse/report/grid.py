@@ -45,7 +45,7 @@ class CapacityGrid:
     memory: dict[tuple[str, int], list[tuple[int, dict]]]
     max_batch: dict[tuple[str, int], int]
     gpu_memory_bytes: int
-    transplanted_from: str | None
+    mapped_from: str | None
     synthetic: str | None
 
     @property
@@ -127,6 +127,6 @@ def capacity_grid(
         memory=memory,
         max_batch=max_batch,
         gpu_memory_bytes=int(memory[(method, contexts[0])][0][1]["gpu_capacity_bytes"]),
-        transplanted_from=demand.transplanted_from,
+        mapped_from=demand.mapped_from,
         synthetic=demand.synthetic,
     )

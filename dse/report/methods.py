@@ -54,7 +54,7 @@ class _Comparison:
     other: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     runs: set[str] = field(default_factory=set)
-    transplanted: set[str] = field(default_factory=set)
+    mapped: set[str] = field(default_factory=set)
     synthetic: set[str] = field(default_factory=set)
 
 
@@ -105,8 +105,8 @@ def _replay_methods(
     from sim.replay.rules import replayable_methods
 
     comparison.runs.add(f"{run_label(run)} ({describe_config(run.config)})")
-    if demand.transplanted_from:
-        comparison.transplanted.add(demand.transplanted_from)
+    if demand.mapped_from:
+        comparison.mapped.add(demand.mapped_from)
     if demand.synthetic:
         comparison.synthetic.add(demand.synthetic)
     loaded = load_profile(profile)
@@ -141,7 +141,7 @@ def _provenance(data: ReportData, comparison: _Comparison) -> Provenance:
             f"demand of {', '.join(sorted(comparison.runs))}",
             f"{data.accuracy_metric} where the study ran the method",
         ),
-        transplanted_from=tuple(comparison.transplanted),
+        mapped_from=tuple(comparison.mapped),
         synthetic=tuple(comparison.synthetic),
         priced=pricing_sources(d for per in (*results.values(), *other.values()) for d in per.values()),
     )

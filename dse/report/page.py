@@ -2,7 +2,7 @@
 
 plotly.js is inlined once in <head> (no CDN: the file works offline); each figure is a `<div>` plus
 a `Plotly.newPlot` call. Every figure and table shows its provenance badges (measured / simulated /
-transplanted / synthetic). All text from studies and traces is HTML-escaped.
+mapped / synthetic). All text from studies and traces is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _legend_html() -> str:
         '<span class="badge badge-measured">measured</span> on the real model (accuracy, query '
         'similarity, correction and hit rates); <span class="badge badge-simulated">simulated</span> by the '
         "discrete-event simulator on a hardware profile (latency, throughput, memory); "
-        '<span class="badge badge-transplanted">transplanted</span> when the replayed trace was recorded on '
+        '<span class="badge badge-mapped">mapped</span> when the replayed trace was recorded on '
         'another model; <span class="badge badge-synthetic">synthetic</span> when the simulator ran on '
         "synthetic demand at measured rates instead of a trace.</p>"
     )
@@ -182,7 +182,7 @@ figcaption{color:#445;font-size:.92em;margin-top:6px}
 .badge{display:inline-block;border-radius:10px;padding:2px 9px;margin:2px 6px 2px 0;font-size:.82em}
 .badge-measured{background:#dff3e3;color:#13562a}
 .badge-simulated{background:#dde9fb;color:#123f80}
-.badge-transplanted{background:#fde8cf;color:#7a3d00}
+.badge-mapped{background:#fde8cf;color:#7a3d00}
 .badge-synthetic{background:#eee0f8;color:#52207a}
 .note{padding:8px 12px;border-radius:4px;background:#eef1f6}
 .note-warning{background:#fff4d6}

@@ -18,7 +18,7 @@ from dse.report.colors import add_slo_vline
 from dse.report.compare import method_comparison_blocks
 from dse.report.data import ReportData, Run, describe_config, run_label
 from dse.report.page import Block, FigureBlock, NoteBlock, Section
-from dse.report.provenance import Provenance, pricing_sources, study_pricing, transplant_sources
+from dse.report.provenance import Provenance, mapped_sources, pricing_sources, study_pricing
 from dse.report.simulate import sim_method
 from dse.report.summary import overall_correction_rate
 from dse.report.uncertainty import interval, uncertainty_blocks
@@ -98,7 +98,7 @@ def _pareto_figure(data: ReportData, profile: str) -> FigureBlock:
         provenance=Provenance(
             measured=(_measured_label(data),),
             simulated=(f"mean per-token latency on {profile}",),
-            transplanted_from=transplant_sources(r.sim[profile] for r in used),
+            mapped_from=mapped_sources(r.sim[profile] for r in used),
             priced=pricing_sources(r.sim[profile] for r in used),
         ),
     )
@@ -314,7 +314,7 @@ def _tau_figure(data: ReportData) -> Block:
         provenance=Provenance(
             measured=(f"correction rate of {data.measured_model} (trace)",),
             simulated=(f"per-token latency on {profile}",),
-            transplanted_from=transplant_sources(t.sim[profile] for t in runs),
+            mapped_from=mapped_sources(t.sim[profile] for t in runs),
             priced=pricing_sources(t.sim[profile] for t in runs),
         ),
     )

@@ -1,4 +1,5 @@
-"""Where a figure's numbers come from: measured on the real model, simulated on a profile, transplanted.
+"""Where a figure's numbers come from: measured on the real model, simulated on a profile, mapped from
+another model.
 
 Every figure of a report carries a `Provenance`; the page renders it as badges under the figure title
 so that a reader never mistakes a simulated latency for a measurement.
@@ -10,14 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["Provenance", "transplant_sources", "pricing_sources", "study_pricing", "pricing_label"]
+__all__ = ["Provenance", "mapped_sources", "pricing_sources", "study_pricing", "pricing_label"]
 
 
 @dataclass(frozen=True)
 class Provenance:
     """measured: what was measured on the real model, e.g. ("accuracy (passkey_accuracy) of smollm2-135m",).
     simulated: what the simulator computed, e.g. ("per-token latency on a100-40g-pcie4",).
-    transplanted_from: models whose traces were replayed on another model's shapes.
+    mapped_from: models whose traces were replayed on another model's shapes.
     synthetic: the synthetic demand used instead of a trace (e.g. "correction=0.61,hit=0.8"), if any.
     priced: how the simulated latencies were priced, e.g. ("as-published (pytorch2-cuda12)",) or
     ("ideal (hardware limits)",) (SimConfig.implementation and the software profile).
@@ -25,7 +26,7 @@ class Provenance:
 
     measured: tuple[str, ...] = ()
     simulated: tuple[str, ...] = ()
-    transplanted_from: tuple[str, ...] = ()
+    mapped_from: tuple[str, ...] = ()
     synthetic: tuple[str, ...] = ()
     priced: tuple[str, ...] = ()
 
@@ -40,9 +41,9 @@ class Provenance:
             parts.append(_badge("measured", "measured: " + "; ".join(self.measured)))
         if self.simulated:
             parts.append(_badge("simulated", "simulated: " + "; ".join(self.simulated)))
-        if self.transplanted_from:
-            names = ", ".join(sorted(set(self.transplanted_from)))
-            parts.append(_badge("transplanted", f"trace transplanted from {names}"))
+        if self.mapped_from:
+            names = ", ".join(sorted(set(self.mapped_from)))
+            parts.append(_badge("mapped", f"trace mapped from {names}"))
         if self.synthetic:
             parts.append(_badge("synthetic", "synthetic demand: " + "; ".join(sorted(set(self.synthetic)))))
         if self.priced:
@@ -54,9 +55,11 @@ def _badge(kind: str, text: str) -> str:
     return f'<span class="badge badge-{kind}">{escape(text)}</span>'
 
 
-def transplant_sources(sim_dicts: Iterable[dict]) -> tuple[str, ...]:
-    """Distinct `transplanted_from` models named by SimResult dicts (sorted; empty if none transplanted)."""
-    return tuple(sorted({str(d["transplanted_from"]) for d in sim_dicts if d.get("transplanted_from")}))
+def mapped_sources(sim_dicts: Iterable[dict]) -> tuple[str, ...]:
+    """Distinct `mapped_from` models named by SimResult dicts (sorted; empty if none was mapped); results
+    stored before the rename say `transplanted_from`."""
+    found = (d.get("mapped_from") or d.get("transplanted_from") for d in sim_dicts)
+    return tuple(sorted({str(name) for name in found if name}))
 
 
 def pricing_label(implementation: str | None, software: str | None) -> str:

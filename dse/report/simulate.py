@@ -41,10 +41,10 @@ def sim_method(config: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class ReplayDemand:
-    """demand: a sim.demand.Demand on the target model. transplanted_from / synthetic: as in SimResult."""
+    """demand: a sim.demand.Demand on the target model. mapped_from / synthetic: as in SimResult."""
 
     demand: Any
-    transplanted_from: str | None
+    mapped_from: str | None
     synthetic: str | None
 
 
@@ -56,7 +56,7 @@ def replay_demand(data: ReportData, run: Run, seed: int = 0) -> ReplayDemand | N
 
     if run.trace_dir and Path(run.trace_dir).is_dir():
         demand = resolve_demand(DemandSource(trace=run.trace_dir), data.model, seed).demand
-        return ReplayDemand(demand, demand.transplanted_from, None)
+        return ReplayDemand(demand, demand.mapped_from, None)
     correction, hit = overall_correction_rate(run.trace_summary), hit_rate(run.trace_summary)
     if correction is None or hit is None:
         return None

@@ -106,7 +106,7 @@ def _provenance(profile: str, run: Run, demand: ReplayDemand, result: Any) -> Pr
     return Provenance(
         simulated=(f"stream timeline on {profile}",),
         measured=(f"corrections and cache misses of {run_label(run)}",),
-        transplanted_from=(demand.transplanted_from,) if demand.transplanted_from else (),
+        mapped_from=(demand.mapped_from,) if demand.mapped_from else (),
         synthetic=(demand.synthetic,) if demand.synthetic else (),
         priced=(result.pricing_label,),
     )

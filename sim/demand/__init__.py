@@ -7,8 +7,8 @@ Two forms:
   `evict_ratio` (tokens the head's GPU cache gave up, over the same capacity), `refactorised` (bool,
   ShadowKV's re-factorisation) and, for real traces, `similarity` (to recompute corrections for another
   tau). `method` names the runtime policy whose demand it is (the trace's meta.runtime["method"], absent:
-  "freekv"; None for synthetic demand). Built by `demand_from_trace` (optionally transplanted from
-  another model) or `sim.synthetic.synthetic_demand`.
+  "freekv"; None for synthetic demand). Built by `demand_from_trace` (optionally mapped from
+  another model's layers and heads) or `sim.synthetic.synthetic_demand`.
 - a trace of dense attention (the runtime's `dense` policy, "full" in older traces, or any policy with
   every layer dense) selected and recalled nothing: it loads into a Demand with method `DENSE_POLICY`
   ("dense", `dense_attention` True), zero corrections and ratios (similarity NaN) on its recorded steps.
@@ -18,7 +18,7 @@ Two forms:
 - `BatchDemand`: what the engine and methods consume: per (step, layer) totals over the batch and KV
   heads for one SimConfig (context length, budget, batch), see `batch_demand`.
 
-Mapping rules (documented in every output through `transplanted_from` / `synthetic`):
+Mapping rules (documented in every output through `mapped_from` / `synthetic`):
 - transplant: target layer l reads source layer round(l * (Ls - 1) / (Lt - 1)) (moved to the nearest
   source layer that was not dense), target KV head h reads source head floor(h * Hs / Ht).
 - steps: batch member b replays source sequence b mod n_seqs from a step offset that spreads members

@@ -24,7 +24,7 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
     """Read a trace (directory or open reader) into a Demand on `target_model`'s shape.
 
     target_model None or equal to the trace's model: no transplant. Otherwise layers and heads are
-    mapped (module docstring) and the Demand says `transplanted_from=<trace model>`. A trace of dense
+    mapped (module docstring) and the Demand says `mapped_from=<trace model>`. A trace of dense
     attention gives a Demand with `dense_attention` True and no recall demand (module docstring).
     """
     from traces import open_trace
@@ -51,7 +51,7 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         fetch_ratio=arrays["fetch_ratio"],
         similarity=arrays["similarity"],
         source=where,
-        transplanted_from=src.name if tgt.name != src.name else None,
+        mapped_from=src.name if tgt.name != src.name else None,
         source_tau=meta.method_knobs.get("tau"),
         timing_clock=meta.timing_clock,
         timings_s=arrays["timings_s"],
@@ -147,7 +147,7 @@ def _dense_attention_demand(reader: TraceReader, src: ModelSpec, tgt: ModelSpec,
         fetch_ratio=tuple(np.zeros(s, dtype=np.float32) for s in shapes),
         similarity=tuple(np.full(s, np.nan, dtype=np.float32) for s in shapes),
         source=source,
-        transplanted_from=src.name if tgt.name != src.name else None,
+        mapped_from=src.name if tgt.name != src.name else None,
         source_tau=meta.method_knobs.get("tau"),
         timing_clock=meta.timing_clock,
         timings_s=tuple(tuple(steps[seq]) for seq in sorted(steps)),

@@ -40,7 +40,7 @@ class Demand:
     fetch_ratio: tuple[np.ndarray, ...]
     similarity: tuple[np.ndarray, ...] | None
     source: str
-    transplanted_from: str | None = None
+    mapped_from: str | None = None
     synthetic: str | None = None
     source_tau: float | None = None
     timing_clock: str = "none"
@@ -75,8 +75,8 @@ class Demand:
     def label(self) -> str:
         if self.synthetic:
             return f"synthetic({self.synthetic})"
-        if self.transplanted_from:
-            return f"{self.source} (transplanted from {self.transplanted_from} onto {self.model})"
+        if self.mapped_from:
+            return f"{self.source} (mapped from {self.mapped_from} onto {self.model})"
         return self.source
 
 

@@ -181,7 +181,8 @@ class ArkVale(DecoderMethod):
         copy_bytes = 2 * p * gh * d * dt
         run_bytes = 2 * p * m.n_kv_heads * d * dt if gh == m.n_kv_heads else gh * d * dt
         # recalled (sequence, KV head, page): the trace's fetched tokens / p (ArkVale's own trace; FreeKV's
-        # missed pages x p when transplanted or synthetic); a group recalls a page once for its gh heads
+        # missed pages x p when its trace is transplanted, or synthetic); a group recalls a page once for its
+        # gh heads
         pages = -(-dem.fetched_tokens // p)
         copies = -(-pages // gh)
         copies = np.where(dense, 0, copies).astype(np.int64)

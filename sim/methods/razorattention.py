@@ -82,11 +82,11 @@ class RazorAttention(DecoderMethod):
         if share is None or per_layer is None:
             return replace(self, source="synthetic demand" if demand.synthetic
                            else "the trace records no retrieval-head probe")
-        traced = demand.transplanted_from or demand.model
+        traced = demand.mapped_from or demand.model
         measured = f"the trace's retrieval-head probe measured {share:.1%} of {traced}'s KV heads"
         if self.knobs.retrieval_fraction is not None:
             return replace(self, measured_share=share, source=measured)
-        mapped = f" (its layers mapped onto {demand.model}'s)" if demand.transplanted_from else ""
+        mapped = f" (its layers mapped onto {demand.model}'s)" if demand.mapped_from else ""
         return replace(self, measured_per_layer=tuple(float(x) for x in per_layer), measured_share=share,
                        source=f"{measured}, used per layer{mapped}")
 

@@ -80,7 +80,7 @@ def trace_status_note(reader: Any) -> str | None:
 
 def resolve_demand(source: DemandSource, model: str, seed: int = 0) -> ResolvedDemand:
     """The demand `source` names, on `model` (a trace of another model is mapped onto its layers and
-    heads: Demand.transplanted_from)."""
+    heads: Demand.mapped_from)."""
     if source.trace is not None:
         return _from_trace(source.trace, model)
     if source.rates is not None:

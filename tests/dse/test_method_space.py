@@ -283,4 +283,4 @@ def test_a_sweep_over_two_methods_traces_and_replays_each_with_its_own_method(tm
         assert meta.runtime["method"] == method
         assert meta.runtime.get("extra", {}) == (r.config.get("options") or {})
         assert {res["method"] for res in r.sim.values()} == {method}
-        assert r.sim["a100-40g-pcie4"]["transplanted_from"] is None  # measured model = replayed model
+        assert r.sim["a100-40g-pcie4"]["mapped_from"] is None  # measured model = replayed model

@@ -90,7 +90,7 @@ def test_report_of_a_real_study_renders_in_chromium(chromium: str, tiny_study: P
     text = out.read_text(encoding="utf-8")
     for anchor in ("pareto", "why", "observation", "capacity"):
         assert f'<section id="{anchor}">' in text
-    assert "trace transplanted from smollm2-135m" in text  # traces of SmolLM2 replayed on Llama-3.1-8B
+    assert "trace mapped from smollm2-135m" in text  # traces of SmolLM2 replayed on Llama-3.1-8B
     assert text.count("badge-measured") > summary.n_figures // 2 and "badge-simulated" in text
     assert "Parameter importances need at least 10 distinct complete trials" in text  # 2 trials: a note
     steps = set(re.findall(r"Stream timeline of a (?:typical|corrected) step \(step (\d+)\)", text))

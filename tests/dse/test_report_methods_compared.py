@@ -20,7 +20,7 @@ def _sim(latency_s: float, method: str) -> dict:
         "per_token_latency_s": {"mean": latency_s, "p50": latency_s, "p99": latency_s},
         "throughput_tokens_per_s": 1.0 / latency_s,
         "memory": {"gpu_bytes": 1, "host_bytes": 1, "fits": True, "max_batch": 4},
-        "transplanted_from": "smollm2-135m",
+        "mapped_from": "smollm2-135m",
         "model": "llama-3.1-8b",
         "method": method,
         "implementation": "as-published",
@@ -86,7 +86,7 @@ def test_methods_side_by_side_with_kind_markers_best_points_and_untuned_baseline
     assert list(traces["best raas"].x) == [9.0] and list(traces["best freekv"].x) == [15.0]
     assert list(traces["untuned raas"].y) == [0.3] and traces["untuned raas"].marker.symbol == "diamond"
     assert list(traces["untuned freekv"].y) == [0.7] and list(traces["dense"].y) == [1.0]
-    assert figures[0].provenance.transplanted_from == ("smollm2-135m",)  # the shape transplant, labelled
+    assert figures[0].provenance.mapped_from == ("smollm2-135m",)  # the shape transplant, labelled
     table = next(b for b in blocks if isinstance(b, TableBlock))
     rows = {r[0]: r for r in table.rows}
     assert rows["raas"][:3] == ("raas", "dropping", "2") and rows["freekv"][1] == "retrieval"

@@ -13,7 +13,7 @@ from dse.errors import DseError
 from dse.report.data import describe_config, make_report_data, run_label
 from dse.report.page import FigureBlock, NoteBlock, Section, TableBlock, count_figures, render_page
 from dse.report.pareto import pareto_front
-from dse.report.provenance import Provenance, transplant_sources
+from dse.report.provenance import Provenance, mapped_sources
 from dse.report.recommend import recommend
 from dse.report.source import study_location
 from dse.report.steps import choose_steps
@@ -28,13 +28,13 @@ def test_pareto_front_keeps_only_non_dominated_points_by_latency() -> None:
     assert pareto_front([(1.0, 0.1)]) == [0]
 
 
-def _sim(latency_s: float, model: str = "llama-3.1-8b", transplanted: str | None = "smollm2-135m") -> dict:
+def _sim(latency_s: float, model: str = "llama-3.1-8b", mapped: str | None = "smollm2-135m") -> dict:
     return {
         "per_token_latency_s": {"mean": latency_s, "p50": latency_s, "p99": latency_s * 1.2},
         "throughput_tokens_per_s": 1.0 / latency_s,
         "breakdown_s": {"attention": latency_s},
         "memory": {"gpu_bytes": 1, "host_bytes": 1, "fits": True, "max_batch": 4},
-        "transplanted_from": transplanted,
+        "mapped_from": mapped,
         "model": model,
     }
 
@@ -163,19 +163,21 @@ def test_report_data_drops_duplicates_and_rejects_unknown_metric() -> None:
     assert describe_config(trials[0].config) == "freekv tau=0.9 p=32 B=256 S=32 W=32"
 
 
-def test_provenance_badges_and_transplant_sources() -> None:
+def test_provenance_badges_and_mapped_sources() -> None:
     with pytest.raises(ValueError, match="at least one measured or simulated"):
         Provenance()
     html = Provenance(
         measured=("accuracy <b>",),
         simulated=("latency on a",),
-        transplanted_from=("smollm2-135m",),
+        mapped_from=("smollm2-135m",),
         synthetic=("correction=0.5",),
     ).badges_html()
-    for kind in ("measured", "simulated", "transplanted", "synthetic"):
+    for kind in ("measured", "simulated", "mapped", "synthetic"):
         assert f"badge-{kind}" in html
     assert "&lt;b&gt;" in html and "<b>" not in html
-    assert transplant_sources([_sim(1.0), _sim(1.0, transplanted=None)]) == ("smollm2-135m",)
+    assert mapped_sources([_sim(1.0), _sim(1.0, mapped=None)]) == ("smollm2-135m",)
+    old = {**_sim(1.0, mapped=None), "transplanted_from": "qwen-2.5-7b"}  # stored before the rename
+    assert mapped_sources([old, _sim(1.0)]) == ("qwen-2.5-7b", "smollm2-135m")
 
 
 def test_page_inlines_plotly_once_and_counts_figures() -> None:
@@ -236,7 +238,7 @@ def _oom_sim(model: str = "llama-3.1-8b") -> dict:
         "throughput_tokens_per_s": None,
         "breakdown_s": {},
         "memory": {"gpu_bytes": 90, "host_bytes": 1, "fits": False, "max_batch": 0},
-        "transplanted_from": None,
+        "mapped_from": None,
         "model": model,
     }
 

@@ -46,7 +46,7 @@ def test_sections_replay_synthetic_demand_at_measured_rates_when_traces_are_abse
         replay is not None and replay[0].number == 1 and replays["h100-pcie5"][1] is replay[1]
     )  # built once
     grid = capacity_grid(data, "a100-40g-pcie4", *replay)
-    assert grid.synthetic is not None and grid.transplanted_from is None
+    assert grid.synthetic is not None and grid.mapped_from is None
     assert grid.output_tokens == 32  # the study's whole decode, not a few steps
     longest = grid.contexts[-1]
     assert grid.max_batch[("freekv", longest)] > grid.max_batch[("dense", longest)] >= 0

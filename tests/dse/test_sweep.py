@@ -69,8 +69,8 @@ def test_every_trial_is_measured_and_simulated(tiny_sweep: tuple[Path, str]) -> 
         assert open_trace(t.trace_dir).n_steps > 0
         assert 0.0 <= (t.correction_rate or 0.0) <= 1.0
         sim = t.sim["a100-40g-pcie4"]
-        assert sim["transplanted_from"] == "smollm2-135m" and sim["model"] == "llama-3.1-8b"
-        assert t.sim_models["smollm2-135m"]["a100-40g-pcie4"]["transplanted_from"] is None
+        assert sim["mapped_from"] == "smollm2-135m" and sim["model"] == "llama-3.1-8b"
+        assert t.sim_models["smollm2-135m"]["a100-40g-pcie4"]["mapped_from"] is None
         assert t.values == (t.accuracy["passkey_accuracy"], sim["per_token_latency_s"]["mean"])
         bound = 0.9 * res.dense.accuracy["passkey_accuracy"]
         assert t.feasible == (t.accuracy["passkey_accuracy"] >= bound)

@@ -50,7 +50,7 @@ def test_json_output_parses_and_has_every_field() -> None:
         "critical_share",
         "link_utilisation",
         "memory",
-        "transplanted_from",
+        "mapped_from",
         "synthetic",
         "method",
         "hardware",
@@ -92,9 +92,9 @@ def test_method_all_compares_and_writes_timelines(tmp_path: Path) -> None:
 def test_trace_transplant_via_cli(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "tr", n_steps=12)
     out = json.loads(_run([str(trace), *COMMON, "--json"]).output)
-    assert out["transplanted_from"] == "smollm2-135m"
+    assert out["mapped_from"] == "smollm2-135m"
     text = _run([str(trace), *COMMON]).output
-    assert "transplanted from smollm2-135m" in text
+    assert "mapped from smollm2-135m" in text
 
 
 def _smollm(trace: Path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Demand from traces (own model and transplanted), synthetic demand, batch aggregation."""
+"""Demand from traces (own model and mapped onto another), synthetic demand, batch aggregation."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_layer_and_head_maps() -> None:
 
 def test_trace_demand_matches_records(trace_dir: Path) -> None:
     d = demand_from_trace(trace_dir)
-    assert d.transplanted_from is None and d.model == "smollm2-135m"
+    assert d.mapped_from is None and d.model == "smollm2-135m"
     assert d.n_steps == (20, 20)
     reader = open_trace(trace_dir)
     first = next(iter(reader.steps()))
@@ -38,9 +38,9 @@ def test_trace_demand_matches_records(trace_dir: Path) -> None:
     np.testing.assert_allclose(d.fetch_ratio[0][0][1:], mis / sel, rtol=1e-6)
 
 
-def test_transplant_is_labelled_everywhere(trace_dir: Path) -> None:
+def test_a_trace_mapped_onto_another_model_is_labelled_everywhere(trace_dir: Path) -> None:
     d = demand_from_trace(trace_dir, target_model="llama-3.1-8b")
-    assert d.transplanted_from == "smollm2-135m" and d.model == "llama-3.1-8b"
+    assert d.mapped_from == "smollm2-135m" and d.model == "llama-3.1-8b"
     assert d.corrected[0].shape == (20, 32, 8)
     cfg = SimConfig(
         model="llama-3.1-8b",
@@ -53,9 +53,9 @@ def test_transplant_is_labelled_everywhere(trace_dir: Path) -> None:
         window_tokens=128,
     )
     res = run_simulation(cfg, d).to_dict()
-    assert res["transplanted_from"] == "smollm2-135m"
-    assert "transplanted from smollm2-135m" in res["demand"]
-    assert any("transplanted" in n for n in res["notes"])
+    assert res["mapped_from"] == "smollm2-135m"
+    assert "mapped from smollm2-135m" in res["demand"]
+    assert any("mapped from smollm2-135m's layers and heads" in n for n in res["notes"])
 
 
 def test_steps_cycle_and_pages_rescale(trace_dir: Path) -> None:

@@ -43,7 +43,7 @@ def test_dense_trace_loads_as_a_demand_without_selection(dense_trace: Path) -> N
         assert np.isnan(sim).all()
     # onto another model: the target's shape, labelled as a model transplant as any trace is
     moved = demand_from_trace(dense_trace, target_model="llama-3.1-8b")
-    assert moved.corrected[0].shape == (12, 32, 8) and moved.transplanted_from == MODEL
+    assert moved.corrected[0].shape == (12, 32, 8) and moved.mapped_from == MODEL
     assert moved.dense_attention
     # any policy that kept every layer dense selected nothing either: the same demand, its policy kept
     all_dense = demand_from_trace(make_trace(dense_trace.parent / "fk", dense_layers=ALL_LAYERS))

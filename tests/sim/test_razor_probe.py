@@ -1,7 +1,7 @@
 """The simulator's RazorAttention model replays the retrieval heads its own trace's probe measured
-(meta.extra["policy_probe"]): per layer on the traced model, through the layer map when transplanted;
-method_options.retrieval_fraction wins; the notes say where the share came from. Exact arithmetic on the
-attended tokens and the memory kept."""
+(meta.extra["policy_probe"]): per layer on the traced model, through the layer map when mapped onto
+another model; method_options.retrieval_fraction wins; the notes say where the share came from. Exact
+arithmetic on the attended tokens and the memory kept."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def test_a_cell_is_the_config_a_front_end_would_build(tmp_path: Path) -> None:
                             sink_tokens=64, window_tokens=64, tau=0.9, dense_layers=(0,))
     assert ans.knobs.source["budget_tokens"] == "trace" and ans.provenance()["trace"]["complete"]
     res = run_simulation(cfg, ans.cells[1].demand, seed=0)
-    assert res.batch_size == 4 and res.transplanted_from == "smollm2-135m"  # the trace's model
+    assert res.batch_size == 4 and res.mapped_from == "smollm2-135m"  # the trace's model
 
 
 def test_given_knobs_override_the_trace_with_a_note_in_the_users_words(tmp_path: Path) -> None:
