@@ -11,7 +11,7 @@ Parts (each in benchmarks/gpu_parts/, each writes DIR/<part>/):
   batch and tau (B=2048, S=W=512, p=32), ms/token and tokens/s, CUDA-event per-op timings in a trace,
   a profiler timeline, recall bandwidth and recall/compute overlap; table.json + table.md;
 - microbench: what the simulator's software and hardware profiles assume -> DIR/microbench.json
-  (schema "freekv-dse-microbench/1", see docs or /work SIM_INTERFACE section 3);
+  (schema "freekv-dse-microbench/1", docs/hardware.md "Calibrating from microbenchmarks");
 - kernels: the Triton kernels' achieved bandwidth against the GPU's HBM peak.
 
 A part that cannot run here (no CUDA) is recorded as skipped with the reason; a part that fails records

@@ -10,7 +10,7 @@ page_hi on). Pooling over the G query heads of a KV head (official FreeKV code: 
 - "softmax_mean" (the official accuracy harness, GQA_policy avgSM, accuracy/kvc/patch/
   dynamic_attention.py:quest_sel ~95-99): softmax of raw[j, :] over the candidate pages per head, then
   the mean of those G distributions;
-- "softmax_scaled_mean" (the harness's avgSdM, ~100-104; this project's behaviour before issue 11): the
+- "softmax_scaled_mean" (the harness's avgSdM, ~100-104, which its CLI does not offer): the
   same with raw / sqrt(d);
 - "mean" (the official runtime, source/freekv_cpp/src/estimate.cu ~65-69): the mean over the group of
   raw[j, i], no softmax;

@@ -18,8 +18,9 @@ docs/reference/freekv.md. Assumptions, each from that source unless marked (mode
   holds `staging_pages` head-pages, default one head's selected pages.)
 - Offload: when the current page of a layer fills, it is transposed NHD->HND and summarised on an
   offload stream and copied device->host (one copy per sequence: the HND page of all KV heads).
-- Ablations (issue 3): no hybrid layouts = NHD host pool, a head-page is one strided copy for K and
-  one for V, each `p` runs of d elements, landing in place (no staging, no conversion); no double
+- Ablations (the FreeKV paper's, one optimisation removed at a time): no hybrid layouts = NHD host
+  pool, a head-page is one strided copy for K and one for V, each `p` runs of d elements, landing in
+  place (no staging, no conversion); no double
   buffering = one staging buffer; no speculative retrieval = selection and recall of all missed pages on
   the critical path every step (no correction check needed). `freekv-base` removes all three.
 - Layers in `SimConfig.dense_layers` attend the whole context with no selection or recall.

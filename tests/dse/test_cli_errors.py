@@ -1,4 +1,4 @@
-"""The bad inputs of the reliability audit (issue 13), replayed on every command: each exits with status
+"""The bad inputs of a reliability audit of every command, replayed on every command: each exits with status
 2, prints one paragraph and no traceback, and the message names the file, the field or the flag.
 
 Every case here fails before any model runs (that is part of what is checked: `dse trace` checks its

@@ -40,7 +40,7 @@ def test_passkey_trace_records_synchronous_recalls_and_budget_moves_fidelity(tmp
             for sel, miss in zip(sel_layer, miss_layer, strict=True):
                 assert set(miss) <= set(sel)
                 missed += len(miss)
-        if rec.fetched_tokens is not None:  # stored from trace format 2 on (the traces side of issue 11)
+        if rec.fetched_tokens is not None:  # stored from trace format 2 on
             sizes = np.asarray([[len(m) * 16 for m in layer] for layer in rec.missed])
             np.testing.assert_array_equal(rec.fetched_tokens, sizes)
             assert (np.asarray(rec.evicted_tokens) <= np.asarray(rec.fetched_tokens)).all()

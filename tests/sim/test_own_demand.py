@@ -1,4 +1,4 @@
-"""Each method replays its own policy's demand (issue 11): Demand.method, fetch/eviction/re-factorisation
+"""Each method replays its own policy's demand: Demand.method, fetch/eviction/re-factorisation
 mapping, the refusal of another policy's trace, the explicit transplant and its labels, `--method all`."""
 
 from __future__ import annotations

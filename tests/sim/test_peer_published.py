@@ -1,5 +1,5 @@
 """As-published models of the peer methods (Quest, ArkVale, ShadowKV, InfiniGen): host-side software
-costs from their public code (SIM_INTERFACE.md; docs/methods.md), against the ideal models."""
+costs from their public code (sim/methods/host_costs.py; docs/methods.md), against the ideal models."""
 
 from __future__ import annotations
 
