@@ -27,21 +27,12 @@ import torch
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import PagedKVStore
-from freekv_runtime.policies._reuse import ReusePlan, plan_reuse
+from freekv_runtime.policies._reuse import ReusePlan, plan_reuse, replaced_pages
 from freekv_runtime.policies.base import AttentionShape
 from freekv_runtime.policies.freekv import FreeKVState
 from freekv_runtime.timing import OpTimer
 
-__all__ = ["SyncRetrievalState", "replaced_pages"]
-
-
-def replaced_pages(plan: ReusePlan, resident: np.ndarray) -> np.ndarray:
-    """(b, H) int: resident pages that the plan's misses overwrite (slots not empty before the plan is
-    applied). resident (b, H, K) as it is before `apply_plans`."""
-    n_slots = resident.shape[2]
-    takes = np.arange(n_slots) < plan.n_missed[..., None]  # miss j goes to miss_slots[..., j]
-    held = np.take_along_axis(resident, plan.miss_slots, axis=2) >= 0
-    return (takes & held).sum(axis=2)
+__all__ = ["SyncRetrievalState"]
 
 
 class SyncRetrievalState(FreeKVState):

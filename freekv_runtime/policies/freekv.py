@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
+from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.kv_store import DenseKVStore, PagedKVStore, PageTable
 from freekv_runtime.policies._dense import attention_mass, dense_decode, token_mask
 from freekv_runtime.policies._reuse import ReusePlan, apply_plans, plan_reuse
@@ -37,18 +37,13 @@ from freekv_runtime.policies.base import (
     PolicyState,
     PrefillDecisions,
     StepDecisions,
+    check_dense_layers,
 )
 from freekv_runtime.recall import DeviceStreams, RecallEngine, RecallStats
 from freekv_runtime.timing import OpTimer
 from kernels import page_scores, query_similarity, sparse_decode_attention, topk_pages
 
-__all__ = ["FreeKVPolicy", "FreeKVState", "check_dense_layers"]
-
-def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
-    """RuntimeConfigError when `dense_layers` names a layer the model does not have."""
-    bad = [layer for layer in config.dense_layers if not 0 <= layer < shape.n_layers]
-    if bad:
-        raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
+__all__ = ["FreeKVPolicy", "FreeKVState"]
 
 
 class FreeKVPolicy(KVPolicy):

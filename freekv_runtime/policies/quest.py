@@ -31,8 +31,7 @@ from __future__ import annotations
 import torch
 
 from freekv_runtime.policies._sync_retrieval import SyncRetrievalState
-from freekv_runtime.policies.base import AttentionShape, KVPolicy
-from freekv_runtime.policies.freekv import check_dense_layers
+from freekv_runtime.policies.base import AttentionShape, KVPolicy, check_dense_layers
 from freekv_runtime.timing import OpTimer
 
 __all__ = ["QuestPolicy", "QuestState"]

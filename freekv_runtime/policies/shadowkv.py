@@ -79,6 +79,7 @@ from freekv_runtime.policies.base import (
     PolicyState,
     PrefillDecisions,
     StepDecisions,
+    check_dense_layers,
 )
 from freekv_runtime.recall import DeviceStreams, _on, host_empty
 from freekv_runtime.timing import OpTimer
@@ -109,9 +110,7 @@ class ShadowKVPolicy(KVPolicy):
                   timer: OpTimer) -> ShadowKVState:
         if self._rope is None:
             raise RuntimeConfigError("method shadowkv needs the model's RoPE: call prepare(model) first")
-        bad = [layer for layer in self.config.dense_layers if not 0 <= layer < shape.n_layers]
-        if bad:
-            raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
+        check_dense_layers(self.config, shape)
         return ShadowKVState(self, shape, batch_size, torch.device(device), dtype, timer)
 
 
