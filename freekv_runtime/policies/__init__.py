@@ -1,7 +1,9 @@
 """KV policies by name, from the method catalogue (traces.catalogue): every entry with a runtime policy.
 
 Adding a method: one file here with a `KVPolicy` subclass, and its catalogue entry naming it
-("freekv_runtime.policies.<file>:<Class>"); nothing to register here.
+("freekv_runtime.policies.<file>:<Class>"); nothing to register here. A page-selection method (as
+FreeKV, Quest, ArkVale) implements the hooks of the paged-retrieval mechanism instead: see the checklist
+in _paged_retrieval.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ import numpy as np
 from freekv_runtime.policies._reuse_loops import NO_PAGE as _NO_PAGE
 from freekv_runtime.policies._reuse_loops import apply_loop, plan_loop
 
-__all__ = ["ReusePlan", "apply_plans", "apply_plans_reference", "plan_reuse", "plan_reuse_reference"]
+__all__ = ["ReusePlan", "apply_plans", "apply_plans_reference", "plan_reuse", "plan_reuse_reference",
+           "replaced_pages"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,15 @@ def apply_plans(
         raise ValueError(f"apply_plans: resident {resident.shape} and heads {heads.shape} do not fit the "
                          f"plan {plan.miss_slots.shape}")
     return apply_loop(plan.missed, plan.n_missed, plan.miss_slots, resident, heads)
+
+
+def replaced_pages(plan: ReusePlan, resident: np.ndarray) -> np.ndarray:
+    """(b, H) int: resident pages that the plan's misses overwrite (slots not empty before the plan is
+    applied). resident (b, H, K) as it is before `apply_plans`."""
+    n_slots = resident.shape[2]
+    takes = np.arange(n_slots) < plan.n_missed[..., None]  # miss j goes to miss_slots[..., j]
+    held = np.take_along_axis(resident, plan.miss_slots, axis=2) >= 0
+    return (takes & held).sum(axis=2)
 
 
 def plan_reuse_reference(top: np.ndarray, resident: np.ndarray, resident_scores: np.ndarray) -> ReusePlan:

@@ -19,11 +19,13 @@ Chen et al., "ArkVale: Efficient Generative LLM Inference with Recallable Key-Va
 - prefill: the cache keeps the top budget - sink - window pages under the last prompt query
   (infer_state.py `prefill_evict_extra_pages`, line 484), every page backed up on the host.
 
-Runtime policy (freekv_runtime.policies._sync_retrieval on FreeKV's PagedKVStore / RecallEngine /
-plan_reuse): the slot cache of `selected_pages` per KV head plus sink and window is the GPU cache of
-`budget_tokens`; each step the `top_pages` best candidate pages are made resident (synchronous recall, all
-heads `corrected`, similarity NaN), the lowest-scoring resident pages outside them are evicted, and
-attention reads sink + every resident slot + window.
+Runtime policy (freekv_runtime.policies._sync_retrieval on the paged-retrieval mechanism,
+_paged_retrieval: PagedKVStore / RecallEngine / plan_reuse): the slot cache of `selected_pages` per KV head
+plus sink and window is the GPU cache of `budget_tokens`; each step the `top_pages` best candidate pages
+are made resident (synchronous recall, all heads `corrected`, similarity NaN), the lowest-scoring resident
+pages outside them are evicted, and attention reads sink + every resident slot + window. ArkVale's hooks:
+`page_scores` pools the group-pooled scores again over the KV heads of a selection group, and
+`step_selection` keeps the `top_pages` best.
 
 Knobs. The retrieval knobs: budget_tokens (the GPU cache, sink and window included), page_size,
 sink_tokens, window_tokens, dense_layers (FreeKV paper baseline: budget 2048, page 32, layer 0 dense;
@@ -45,30 +47,54 @@ separate, so `top_pages` counts candidates only); its window is a ring of `n_win
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from freekv_runtime.config import RuntimeConfigError
-from freekv_runtime.policies._sync_retrieval import SyncRetrievalState
-from freekv_runtime.policies.base import AttentionShape, KVPolicy
-from freekv_runtime.policies.freekv import check_dense_layers
+from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
+from freekv_runtime.kv_store import PagedKVStore
+from freekv_runtime.policies._paged_retrieval import PagedRetrievalPolicy
+from freekv_runtime.policies._sync_retrieval import SynchronousRetrievalState
+from freekv_runtime.policies.base import AttentionShape
 from freekv_runtime.timing import OpTimer
 
 __all__ = ["ArkValePolicy", "ArkValeState"]
 
 
-class ArkValeState(SyncRetrievalState):
-    """`selection_groups` groups of KV heads each share one selection of `top_pages` pages."""
+class ArkValeState(SynchronousRetrievalState):
+    """`selection_groups` groups of KV heads each share one selection of `top_pages` pages.
 
+    heads_per_selection: KV heads sharing one selection (1 = each KV head its own); their page scores are
+    pooled with `config.knobs.group_pooling` (max -> max, otherwise the mean). top_pages: pages made
+    resident per decode step."""
 
-class ArkValePolicy(KVPolicy):
-    def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
-                  timer: OpTimer) -> ArkValeState:
-        check_dense_layers(self.config, shape)
-        knobs = self.config.knobs
+    def __init__(self, config: RuntimeConfig, shape: AttentionShape, batch_size: int, device: torch.device,
+                 dtype: torch.dtype, timer: OpTimer) -> None:
+        knobs = config.knobs
         groups = knobs.selection_groups
         if shape.n_kv_heads % groups:
             raise RuntimeConfigError(f"arkvale knob selection_groups must divide the model's "
                                      f"{shape.n_kv_heads} KV heads, got {groups}")
-        top = knobs.top_pages if knobs.top_pages is not None else max(1, self.config.selected_pages // 2)
-        return ArkValeState(self.config, shape, batch_size, torch.device(device), dtype, timer,
-                            heads_per_selection=shape.n_kv_heads // groups, top_pages=top)
+        super().__init__(config, shape, batch_size, device, dtype, timer)
+        self.heads_per_selection = shape.n_kv_heads // groups
+        default_top = max(1, config.selected_pages // 2)  # ArkVale's page_topks = budget // 2
+        self.top_pages = knobs.top_pages if knobs.top_pages is not None else default_top
+
+    def page_scores(self, store: PagedKVStore, q: torch.Tensor, hi: int) -> torch.Tensor:
+        """The mechanism's scores (b, Hkv, hi), pooled over each selection group's KV heads and repeated
+        to every head of the group."""
+        scores = super().page_scores(store, q, hi)
+        g = self.heads_per_selection
+        if g == 1:
+            return scores
+        b, hkv, n_pages = scores.shape
+        grouped = scores.view(b, hkv // g, g, n_pages)
+        pooled = grouped.amax(dim=2) if self.config.knobs.group_pooling == "max" else grouped.mean(dim=2)
+        return pooled.repeat_interleave(g, dim=1)
+
+    def step_selection(self, top: np.ndarray) -> np.ndarray:
+        """The `top_pages` best of top (b, Hkv, k) -> (b, Hkv, min(k, top_pages))."""
+        return top[:, :, : self.top_pages]
+
+
+class ArkValePolicy(PagedRetrievalPolicy):
+    state_class = ArkValeState

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 import torch
 
-from freekv_runtime.config import RuntimeConfig
+from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.timing import OpTimer
 
 if TYPE_CHECKING:
     from freekv_runtime.model import RopeTable
 
 __all__ = ["AttentionShape", "KVPolicy", "ModelAccess", "PolicyState", "PrefillOnlyState", "StepDecisions",
-           "PrefillDecisions"]
+           "PrefillDecisions", "check_dense_layers"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,13 @@ class AttentionShape:
     @property
     def group_size(self) -> int:
         return self.n_qo_heads // self.n_kv_heads
+
+
+def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
+    """RuntimeConfigError when `dense_layers` names a layer the model does not have."""
+    bad = [layer for layer in config.dense_layers if not 0 <= layer < shape.n_layers]
+    if bad:
+        raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ from freekv_runtime.policies.base import (
     PolicyState,
     PrefillDecisions,
     StepDecisions,
+    check_dense_layers,
 )
 from freekv_runtime.policies.dense import DenseKVCache
 from freekv_runtime.recall import DeviceStreams, host_empty
@@ -104,10 +105,8 @@ class InfiniGenPolicy(KVPolicy):
         self._prepared: _Prepared | None = None
 
     def prepare(self, model: ModelAccess) -> None:
+        check_dense_layers(self.config, model.shape)
         n_layers = model.shape.n_layers
-        bad = [layer for layer in self.config.dense_layers if not 0 <= layer < n_layers]
-        if bad:
-            raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{n_layers - 1}")
         sparse = [layer for layer in range(n_layers) if layer not in self.config.dense_layers]
         skews = calibrate(model, sparse, self.knobs.partial_ratio, self.knobs.calib_tokens,
                           self.knobs.calib_seed)

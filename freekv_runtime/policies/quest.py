@@ -7,11 +7,13 @@ top max(3, token_budget // chunk_size) chunks per query head at every decode ste
 0 and 1 dense, line 84), quest/utils/controller.py and quest/models/QuestAttention.py (the kernel path:
 metadata = per-page min/max keys, estimate -> top-k -> sparse attention every step).
 
-Runtime policy (freekv_runtime.policies._sync_retrieval): the retrieval setting of issue 11 (the whole KV
-on the host, the GPU holds the selected pages): at every decode step of a sparse layer the top pages under
-the current query are chosen among the candidates, the ones not resident are recalled synchronously
-before attention (every head `corrected`, similarity NaN), and attention runs over sink + selected + window.
-A budget covering the context attends everything (dense).
+Runtime policy (freekv_runtime.policies._sync_retrieval on the paged-retrieval mechanism,
+_paged_retrieval): the retrieval setting this project compares (the whole KV on the host, the GPU holds
+the selected pages): at every decode step of a sparse layer the top pages under the current query are chosen among the
+candidates, the ones not resident are recalled synchronously before attention (every head `corrected`,
+similarity NaN), and attention runs over sink + selected + window. A budget covering the context attends
+everything (dense). Quest's hooks are the mechanism's defaults: `page_scores` over the summaries with
+`group_pooling`, `step_selection` every slot.
 
 Knobs: the retrieval knobs (RuntimeConfig: budget_tokens, sink and window included; selected pages per
 KV head = (budget - sink - window) / page_size; page_size, sink_tokens, window_tokens, dense_layers; the
@@ -28,21 +30,16 @@ local window are not separate (its top-k includes the current chunk); here they 
 
 from __future__ import annotations
 
-import torch
-
-from freekv_runtime.policies._sync_retrieval import SyncRetrievalState
-from freekv_runtime.policies.base import AttentionShape, KVPolicy
-from freekv_runtime.policies.freekv import check_dense_layers
-from freekv_runtime.timing import OpTimer
+from freekv_runtime.policies._paged_retrieval import PagedRetrievalPolicy
+from freekv_runtime.policies._sync_retrieval import SynchronousRetrievalState
 
 __all__ = ["QuestPolicy", "QuestState"]
 
-class QuestState(SyncRetrievalState):
-    """Every KV head selects on its own (group pooled by `config.knobs.group_pooling`), top-k = every slot."""
+
+class QuestState(SynchronousRetrievalState):
+    """Every KV head selects on its own (group pooled by `config.knobs.group_pooling`), top-k = every slot:
+    the mechanism's default `page_scores` and `step_selection`."""
 
 
-class QuestPolicy(KVPolicy):
-    def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
-                  timer: OpTimer) -> QuestState:
-        check_dense_layers(self.config, shape)
-        return QuestState(self.config, shape, batch_size, torch.device(device), dtype, timer)
+class QuestPolicy(PagedRetrievalPolicy):
+    state_class = QuestState

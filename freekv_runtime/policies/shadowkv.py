@@ -51,14 +51,15 @@ keeps 4 local chunks plus every generated token), dense_layers (FreeKV baseline:
   re-factorisations (ShadowKV's own code never re-factorises). budget_tokens must hold sink + window +
   max(refactor_interval, page_size), the most the exact tokens reach.
 
+Modules: this file (the policy, the prefill and decode order), _shadowkv_layer.py (a sparse layer's
+state and its factorisation), _shadowkv_chunks.py (chunk selection, the value cache), _shadowkv_attention.py
+(rebuilt keys, attended tokens), _lowrank.py (the low-rank keys and landmarks).
+
 Shapes: b batch, Hq / Hkv query / KV heads, G = Hq / Hkv, d head dim, p chunk size, C factorised
 chunks, k selected chunks, K value slots.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -66,11 +67,11 @@ import torch.nn.functional as F
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.kv_store import DenseKVStore
-from freekv_runtime.model import RopeTable, apply_rope
 from freekv_runtime.policies._dense import attention_mass, dense_decode
-from freekv_runtime.policies._dropping import lowest_kept
-from freekv_runtime.policies._lowrank import LowRankKeys, chunk_landmarks
-from freekv_runtime.policies._reuse import apply_plans, plan_reuse
+from freekv_runtime.policies._reuse import apply_plans
+from freekv_runtime.policies._shadowkv_attention import RopeAt, attended_mask, rebuild_keys
+from freekv_runtime.policies._shadowkv_chunks import install_values, keep_selected, plan_chunks
+from freekv_runtime.policies._shadowkv_layer import ShadowKVLayer, factorised_end
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
     AttentionShape,
@@ -79,12 +80,12 @@ from freekv_runtime.policies.base import (
     PolicyState,
     PrefillDecisions,
     StepDecisions,
+    check_dense_layers,
 )
-from freekv_runtime.recall import DeviceStreams, _on, host_empty
+from freekv_runtime.recall import DeviceStreams
 from freekv_runtime.timing import OpTimer
 
 __all__ = ["ShadowKVPolicy", "ShadowKVState"]
-
 
 
 class ShadowKVPolicy(KVPolicy):
@@ -109,41 +110,14 @@ class ShadowKVPolicy(KVPolicy):
                   timer: OpTimer) -> ShadowKVState:
         if self._rope is None:
             raise RuntimeConfigError("method shadowkv needs the model's RoPE: call prepare(model) first")
-        bad = [layer for layer in self.config.dense_layers if not 0 <= layer < shape.n_layers]
-        if bad:
-            raise RuntimeConfigError(f"dense_layers {bad} outside the model's layers 0..{shape.n_layers - 1}")
+        check_dense_layers(self.config, shape)
         return ShadowKVState(self, shape, batch_size, torch.device(device), dtype, timer)
 
 
-@dataclass
-class _Layer:
-    """One sparse layer's device state (and its host values). Token positions are absolute."""
-
-    sink_k: torch.Tensor  # (b, Hkv, S, d) exact
-    sink_v: torch.Tensor
-    recent_k: torch.Tensor  # (b, Hkv, m, d) exact, tokens [fact_end, n)
-    recent_v: torch.Tensor
-    recent_pre: torch.Tensor  # (b, Hkv, m, d) the recent tokens' pre-RoPE keys (folded at re-factorisation)
-    fact_end: int  # the factorised region is [S, fact_end), whole chunks
-    lowrank: LowRankKeys  # rows = the factorised tokens
-    landmarks: torch.Tensor  # (b, Hkv, C, d)
-    min_cos: torch.Tensor  # (b, Hkv, C) float32 outlier score (low = outlier)
-    outliers: torch.Tensor  # (b, Hkv, n_out) int64 chunk index within the region, ascending
-    outlier_k: torch.Tensor  # (b, Hkv, n_out * p, d) exact
-    outlier_v: torch.Tensor
-    host_v: torch.Tensor  # (b, Hkv, capacity, d) host values of the factorised tokens
-    slots_v: torch.Tensor  # (b, Hkv, K, p, d) device values of the selected chunks
-    resident: np.ndarray  # (b, Hkv, K) int64 chunk (page) id per slot, -1 empty
-    since: int = 0  # decode steps since the last factorisation
-    full_keys: torch.Tensor | None = None  # (b, Hkv, n, d) exact keys, only to measure attention mass
-
-    @property
-    def n_tokens(self) -> int:
-        return self.fact_end + self.recent_k.shape[2]
-
-
 class ShadowKVState(PolicyState):
-    """Per-request ShadowKV state of a batch of b equal-length sequences (see the module docstring)."""
+    """Per-request ShadowKV state of a batch of b equal-length sequences (see the module docstring).
+
+    layers[l]: the ShadowKVLayer of sparse layer l (None for dense layers, kept in `dense`)."""
 
     wants_layer_inputs = True
 
@@ -155,9 +129,10 @@ class ShadowKVState(PolicyState):
         self.streams = DeviceStreams(device)
         self.dense: dict[int, DenseKVStore] = {
             layer: DenseKVStore(device, dtype) for layer in self.config.dense_layers}
-        self.layers: list[_Layer | None] = [None] * shape.n_layers
+        self.layers: list[ShadowKVLayer | None] = [None] * shape.n_layers
         self._pre: list[torch.Tensor | None] = [None] * shape.n_layers  # pre-RoPE keys from layer_inputs
-        self._rope: RopeTable | None = None
+        assert policy._rope is not None  # ShadowKVPolicy.new_state checked it
+        self._rope_at = RopeAt(policy._rope, device)
         empty = [np.zeros(0, np.int32)] * shape.n_kv_heads
         self._initial = [[list(empty) for _ in range(shape.n_layers)] for _ in range(batch_size)]
         self.log = StepLog(batch_size, shape.n_layers, shape.n_kv_heads, self.config.measure_attention_mass)
@@ -176,19 +151,8 @@ class ShadowKVState(PolicyState):
         self._pre[layer] = None
         return pre
 
-    def _rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (*positions.shape, d) for absolute positions (the model's table, grown by doubling)."""
-        need = int(positions.max()) + 1 if positions.numel() else 1
-        if self._rope is None or self._rope.n_positions < need:
-            size = max(need, 2 * (self._rope.n_positions if self._rope is not None else 1024))
-            self._rope = self.policy._rope.rope_table(size)  # type: ignore[union-attr]
-        cos, sin = self._rope.cos[0].to(self.device), self._rope.sin[0].to(self.device)
-        return cos[positions], sin[positions]
-
     def _fact_target(self, n_tokens: int) -> int:
-        """The factorised region's end for n tokens: the first chunk boundary leaving <= window exact."""
-        sink = min(self.config.sink_tokens, n_tokens)
-        return sink + max(0, -(-(n_tokens - self.config.window_tokens - sink) // self.p)) * self.p
+        return factorised_end(n_tokens, self.config.sink_tokens, self.config.window_tokens, self.p)
 
     # ---- prefill ----
     def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -201,135 +165,24 @@ class ShadowKVState(PolicyState):
         pre = self._take_pre(layer, k.shape[2])
         t = k.shape[2]
         sink, fact_end = min(self.config.sink_tokens, t), self._fact_target(t)
-        b, hkv, _, d = k.shape
-        host_v = host_empty((b, hkv, sink, d), v.dtype, self.device)  # grown and filled by _fold
-        none = k.new_zeros(b, hkv, 0, d)
-        ls = _Layer(
-            sink_k=k[:, :, :sink].clone(), sink_v=v[:, :, :sink].clone(),
-            recent_k=k[:, :, fact_end:].clone(), recent_v=v[:, :, fact_end:].clone(),
-            recent_pre=pre[:, :, fact_end:].clone(), fact_end=sink,
-            lowrank=LowRankKeys.factorise(none, self.policy.rank),
-            landmarks=none, min_cos=k.new_zeros(b, hkv, 0, dtype=torch.float32),
-            outliers=torch.zeros(b, hkv, 0, dtype=torch.int64, device=k.device),
-            outlier_k=none, outlier_v=none,
-            host_v=host_v, slots_v=k.new_zeros(b, hkv, self.n_slots, self.p, d),
-            resident=np.full((b, hkv, self.n_slots), -1, np.int64),
-            full_keys=k.clone() if self.config.measure_attention_mass else None)
+        ls = ShadowKVLayer.from_prompt(k, v, pre, sink, fact_end, self.policy.rank, self.n_slots, self.p,
+                                       self.device, self.config.measure_attention_mass)
         self.layers[layer] = ls
         with self.timer.op("refactorise"):
-            self._fold(ls, k[:, :, sink:fact_end], v[:, :, sink:fact_end], pre[:, :, sink:fact_end])
+            ls.fold(k[:, :, sink:fact_end], v[:, :, sink:fact_end], pre[:, :, sink:fact_end],
+                    self.policy.outlier_chunks)
         with self.timer.op("select"):
-            plan = self._plan(ls, q[:, :, -1])
+            plan = plan_chunks(ls, q[:, :, -1], self.config.budget_tokens)
             seq, head, page, slot = apply_plans(plan, ls.resident, np.ones(plan.n_missed.shape, bool))
-            self._install(ls, v, seq, head, page, slot)  # from the prompt's values, already on the device
+            # from the prompt's values, already on the device
+            install_values(ls, v, seq, head, page, slot, self.streams)
         for i in range(self.b):
             self._initial[i][layer] = [plan.selected[i, h, : plan.n_selected[i, h]].astype(np.int32)
-                                       for h in range(hkv)]
+                                       for h in range(k.shape[1])]
         return out
 
     def end_prefill(self) -> PrefillDecisions:
         return PrefillDecisions(initial_selected=[[list(heads) for heads in seq] for seq in self._initial])
-
-    # ---- factorisation ----
-    def _fold(self, ls: _Layer, k: torch.Tensor, v: torch.Tensor, pre: torch.Tensor) -> np.ndarray:
-        """Fold whole chunks k, v, pre (b, Hkv, m, d) at [fact_end, fact_end + m) into the factorised region:
-        SVD, landmarks, outliers (recomputed over all chunks), host values. Returns the tokens the device
-        gave up per (b, Hkv): the folded tokens not kept as outliers, and the demoted outliers' tokens."""
-        b, hkv, m, d = k.shape
-        p, start = self.p, ls.fact_end
-        n_old_chunks = ls.landmarks.shape[2]
-        ls.lowrank = ls.lowrank.fold(pre)
-        new_landmarks, new_cos = chunk_landmarks(k, p)
-        ls.landmarks = torch.cat([ls.landmarks, new_landmarks], dim=2)
-        ls.min_cos = torch.cat([ls.min_cos, new_cos], dim=2)
-        n_chunks = ls.landmarks.shape[2]
-        n_out = min(self.policy.outlier_chunks, n_chunks)
-        everything = torch.ones_like(ls.min_cos, dtype=torch.bool)
-        outliers = torch.sort(lowest_kept(ls.min_cos, everything, n_out), dim=-1).values  # (b, Hkv, n_out)
-        # the exact chunks on hand: the old outliers and the folded ones; every new outlier is among them
-        pool_ids = torch.cat([ls.outliers, torch.arange(n_old_chunks, n_chunks, device=k.device)
-                              .expand(b, hkv, -1)], dim=2)
-        pool_k = torch.cat([ls.outlier_k, k], dim=2).view(b, hkv, -1, p, d)
-        pool_v = torch.cat([ls.outlier_v, v], dim=2).view(b, hkv, -1, p, d)
-        if n_out:
-            where = (pool_ids[:, :, None, :] == outliers[..., None]).int().argmax(dim=-1)  # (b, Hkv, n_out)
-            index = where[..., None, None].expand(-1, -1, -1, p, d)
-            ls.outlier_k = pool_k.gather(2, index).view(b, hkv, n_out * p, d)
-            ls.outlier_v = pool_v.gather(2, index).view(b, hkv, n_out * p, d)
-        kept_old = (ls.outliers[:, :, :, None] == outliers[:, :, None, :]).any(-1).sum(-1)  # (b, Hkv)
-        demoted = ls.outliers.shape[2] - kept_old
-        kept_new = (outliers >= n_old_chunks).sum(-1)
-        ls.outliers = outliers
-        end = start + m
-        if ls.host_v.shape[2] < end:
-            grown = host_empty((b, hkv, max(end, 2 * ls.host_v.shape[2]), d), ls.host_v.dtype, self.device)
-            grown[:, :, :start].copy_(ls.host_v[:, :, :start])
-            ls.host_v = grown
-        ls.host_v[:, :, start:end].copy_(v)
-        ls.fact_end = end
-        return ((demoted + (m // p - kept_new)) * p).cpu().numpy().astype(np.int32)
-
-    def _refactorise(self, ls: _Layer) -> np.ndarray:
-        m = self._fact_target(ls.n_tokens) - ls.fact_end
-        k, v, pre = ls.recent_k[:, :, :m], ls.recent_v[:, :, :m], ls.recent_pre[:, :, :m]
-        gave_up = self._fold(ls, k, v, pre)
-        ls.recent_k, ls.recent_v = ls.recent_k[:, :, m:], ls.recent_v[:, :, m:]
-        ls.recent_pre = ls.recent_pre[:, :, m:]
-        ls.since = 0
-        return gave_up
-
-    # ---- selection and recall ----
-    def _n_select(self, ls: _Layer) -> int:
-        """k: the chunks the budget leaves after sink, recent and outliers (at most the candidates)."""
-        room = (self.config.budget_tokens - ls.sink_k.shape[2] - ls.recent_k.shape[2]) // self.p
-        n_out, n_chunks = ls.outliers.shape[2], ls.landmarks.shape[2]
-        return max(0, min(room - n_out, n_chunks - n_out))
-
-    def _scores(self, ls: _Layer, q: torch.Tensor) -> torch.Tensor:
-        """(b, Hkv, C) float32: per query head softmax of q . landmark / sqrt(d) over the candidates, max over
-        the group (ShadowKV's pooling, kv_cache.py:289-293); -inf on outlier chunks."""
-        b, hq, d = q.shape
-        hkv, n_chunks = ls.landmarks.shape[1], ls.landmarks.shape[2]
-        qg = q.float().reshape(b, hkv, hq // hkv, d)
-        raw = qg @ ls.landmarks.float().transpose(-1, -2) / math.sqrt(d)  # (b, Hkv, G, C)
-        outlier = torch.zeros(b, hkv, n_chunks, dtype=torch.bool, device=q.device)
-        outlier.scatter_(2, ls.outliers, True)
-        probs = torch.softmax(raw.masked_fill(outlier[:, :, None], float("-inf")), dim=-1).amax(dim=2)
-        return probs.masked_fill(outlier, float("-inf"))
-
-    def _plan(self, ls: _Layer, q: torch.Tensor):  # noqa: ANN202 (a ReusePlan)
-        """Top-k chunks for q (b, Hq, d) and their reuse plan against the chunks the device holds."""
-        k = self._n_select(ls)
-        first = ls.sink_k.shape[2] // self.p  # chunk id of the region's first chunk
-        if k == 0:  # nothing to select (no candidate chunks, or no room): the device keeps no chunk
-            top = np.zeros((*ls.resident.shape[:2], 0), np.int64)
-            return plan_reuse(top, ls.resident, np.full(ls.resident.shape, -np.inf))
-        scores = self._scores(ls, q)
-        top = torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k].cpu().numpy() + first
-        held = np.maximum(ls.resident - first, 0)  # resident chunks are always candidates (never outliers)
-        resident_scores = np.take_along_axis(scores.cpu().numpy(), held, axis=-1)
-        resident_scores = np.where(ls.resident < 0, -np.inf, resident_scores)
-        return plan_reuse(top, ls.resident, resident_scores)
-
-    def _install(self, ls: _Layer, source_v: torch.Tensor, seq: np.ndarray, head: np.ndarray,
-                 page: np.ndarray, slot: np.ndarray) -> torch.cuda.Event | None:
-        """Copy chunks' values (absolute token positions in source_v (b, Hkv, N, d), host or device) into
-        their slots. From the host on CUDA: one gather into a pinned buffer, one copy on the copy stream;
-        returns the event the attention waits on."""
-        if len(seq) == 0:
-            return None
-        tok = torch.as_tensor(page[:, None] * self.p + np.arange(self.p)[None, :])
-        s, h = torch.as_tensor(seq)[:, None], torch.as_tensor(head)[:, None]
-        rows = source_v[s.to(source_v.device), h.to(source_v.device), tok.to(source_v.device)]  # (n, p, d)
-        dev_s, dev_h = torch.as_tensor(seq, device=self.device), torch.as_tensor(head, device=self.device)
-        dev_slot = torch.as_tensor(slot, device=self.device)
-        if rows.device == ls.slots_v.device:
-            ls.slots_v[dev_s, dev_h, dev_slot] = rows
-            return None
-        self.streams.wait(self.streams.record(), self.streams.copy)  # the slots' last readers ran first
-        with _on(self.streams.copy):
-            ls.slots_v[dev_s, dev_h, dev_slot] = rows.pin_memory().to(self.device, non_blocking=True)
-        return self.streams.record(self.streams.copy)
 
     # ---- decode ----
     def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -342,29 +195,17 @@ class ShadowKVState(PolicyState):
             return out
         ls = self.layers[layer]
         assert ls is not None
-        pre = self._take_pre(layer, 1)
-        with self.timer.op("append_offload"):
-            ls.recent_k = torch.cat([ls.recent_k, k], dim=2)
-            ls.recent_v = torch.cat([ls.recent_v, v], dim=2)
-            ls.recent_pre = torch.cat([ls.recent_pre, pre], dim=2)
-            if ls.full_keys is not None:
-                ls.full_keys = torch.cat([ls.full_keys, k], dim=2)
-        ls.since += 1
+        self._append(ls, k, v, self._take_pre(layer, 1))
         b, hkv = self.b, self.shape.n_kv_heads
-        gave_up = np.zeros((b, hkv), np.int32)
-        refactorised = np.zeros((b, hkv), bool)
-        if ls.since >= self.policy.refactor_interval and self._fact_target(ls.n_tokens) > ls.fact_end:
-            with self.timer.op("refactorise"):
-                gave_up += self._refactorise(ls)
-            refactorised[:] = True
+        gave_up, refactorised = self._refactorise_when_due(ls)
         with self.timer.op("select"):
             q_t = q[:, :, 0]
-            plan = self._plan(ls, q_t)
+            plan = plan_chunks(ls, q_t, self.config.budget_tokens)
             held_before = (ls.resident >= 0).sum(-1)
         with self.timer.op("recall_sync"):
             seq, head, page, slot = apply_plans(plan, ls.resident, np.ones((b, hkv), bool))
-            fetched = self._install(ls, ls.host_v, seq, head, page, slot)
-            slot_of = self._keep_selected(ls, plan.selected)
+            fetched = install_values(ls, ls.host_v, seq, head, page, slot, self.streams)
+            slot_of = keep_selected(ls, plan.selected)
         gave_up += ((held_before - (plan.n_selected - plan.n_missed)) * self.p).astype(np.int32)
         out = self._attend(layer, ls, q, plan.selected, slot_of, fetched)
         self.log.sparse(layer, np.full((b, hkv), np.nan, np.float32), np.ones((b, hkv), bool), plan)
@@ -373,25 +214,36 @@ class ShadowKVState(PolicyState):
                        refactorised=refactorised)
         return out
 
-    def _keep_selected(self, ls: _Layer, selected: np.ndarray) -> np.ndarray:
-        """The device holds exactly this step's chunks (as ShadowKV's buffer): free the other slots.
-        selected (b, Hkv, k) ascending ids -> (b, Hkv, k) the slot of each."""
-        match = ls.resident[..., None, :] == selected[..., :, None]  # (b, Hkv, k, K)
-        ls.resident[~match.any(axis=-2)] = -1
-        return match.argmax(axis=-1)
+    def _append(self, ls: ShadowKVLayer, k: torch.Tensor, v: torch.Tensor, pre: torch.Tensor) -> None:
+        """The new token (k, v, pre (b, Hkv, 1, d)) joins the recent window."""
+        with self.timer.op("append_offload"):
+            ls.recent_k = torch.cat([ls.recent_k, k], dim=2)
+            ls.recent_v = torch.cat([ls.recent_v, v], dim=2)
+            ls.recent_pre = torch.cat([ls.recent_pre, pre], dim=2)
+            if ls.full_keys is not None:
+                ls.full_keys = torch.cat([ls.full_keys, k], dim=2)
+        ls.since += 1
 
-    def _attend(self, layer: int, ls: _Layer, q: torch.Tensor, selected: np.ndarray, slot_of: np.ndarray,
-                fetched: torch.cuda.Event | None) -> torch.Tensor:
+    def _refactorise_when_due(self, ls: ShadowKVLayer) -> tuple[np.ndarray, np.ndarray]:
+        """Every `refactor_interval` steps, when whole chunks left the window, fold them in. Returns the
+        tokens the device gave up (b, Hkv) int32 and whether each head re-factorised (b, Hkv) bool."""
+        b, hkv = self.b, self.shape.n_kv_heads
+        gave_up = np.zeros((b, hkv), np.int32)
+        refactorised = np.zeros((b, hkv), bool)
+        target = self._fact_target(ls.n_tokens)
+        if ls.since >= self.policy.refactor_interval and target > ls.fact_end:
+            with self.timer.op("refactorise"):
+                gave_up += ls.refactorise(target, self.policy.outlier_chunks)
+            refactorised[:] = True
+        return gave_up, refactorised
+
+    def _attend(self, layer: int, ls: ShadowKVLayer, q: torch.Tensor, selected: np.ndarray,
+                slot_of: np.ndarray, fetched: torch.cuda.Event | None) -> torch.Tensor:
         """Attention over sink, outliers, selected (rebuilt keys, fetched values), recent: (b, Hq, 1, d)."""
         b, hkv, k = selected.shape
         p, d = self.p, self.shape.head_dim
-        first = ls.sink_k.shape[2] // p
         with self.timer.op("rebuild_keys"):
-            pos = torch.as_tensor(selected[..., None] * p + np.arange(p), device=self.device)
-            pos = pos.view(b, hkv, k * p)
-            keys = ls.lowrank.keys(pos - first * p)
-            cos, sin = self._rope_at(pos)
-            keys = apply_rope(keys, cos.to(keys.dtype), sin.to(keys.dtype))
+            keys, pos = rebuild_keys(ls, selected, self._rope_at)
         self.streams.wait(fetched)
         slots = torch.as_tensor(slot_of, device=self.device)[..., None, None].expand(b, hkv, k, p, d)
         values = ls.slots_v.gather(2, slots).view(b, hkv, k * p, d)
@@ -401,21 +253,9 @@ class ShadowKVState(PolicyState):
             out = F.scaled_dot_product_attention(q, all_k, all_v, enable_gqa=True)
         mass = None
         if ls.full_keys is not None:
-            mass = attention_mass(q[:, :, 0], ls.full_keys, self._attended_mask(ls, pos)).cpu().numpy()
+            mass = attention_mass(q[:, :, 0], ls.full_keys, attended_mask(ls, pos)).cpu().numpy()
         self.log.attended(layer, np.full((b, hkv), all_k.shape[2], np.int32), mass)
         return out
-
-    def _attended_mask(self, ls: _Layer, selected_pos: torch.Tensor) -> torch.Tensor:
-        """(b, Hkv, n) bool: the tokens attended (sink, outlier chunks, selected chunks, recent window)."""
-        b, hkv = selected_pos.shape[:2]
-        mask = torch.zeros(b, hkv, ls.n_tokens, dtype=torch.bool, device=self.device)
-        sink = ls.sink_k.shape[2]
-        mask[:, :, :sink] = True
-        mask[:, :, ls.fact_end:] = True
-        chunk_tokens = torch.arange(self.p, device=self.device)
-        out_pos = (sink + ls.outliers[..., None] * self.p + chunk_tokens).flatten(2)
-        mask.scatter_(2, out_pos, True)
-        return mask.scatter(2, selected_pos, True)
 
     def end_step(self) -> StepDecisions:
         return self.log.finish()

@@ -8,6 +8,6 @@ tensors) and never import torch. They are compiled on first use (about a second 
 next to this package (Numba's cache; a read-only install falls back to Numba's user cache directory).
 """
 
-from kernels.cpu._numba import cpu_loop
+from kernels.cpu._numba import cpu_inline, cpu_loop
 
-__all__ = ["cpu_loop"]
+__all__ = ["cpu_inline", "cpu_loop"]

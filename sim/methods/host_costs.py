@@ -6,8 +6,9 @@ one kernel), Python-level calls, calls into C++ extensions and the kernels they 
 API path, syncs, read-backs of GPU values to Python (`.item()`, `.tolist()`, indexing with a CUDA
 scalar), thread hand-offs. `HostOps` holds such counts and `HostOps.seconds(software)` prices them with
 a software profile (sim/software.py; docs/hardware.md, "Software profiles and implementation modes");
-`host_s(ctx, ops)` does the same and is 0 in the "ideal" implementation mode. The counts and the file:line they come from are in each
-method's module docstring and docs/methods.md; shared decoder recipes are in sim/methods/eager.py.
+`host_s(ctx, ops)` does the same and is 0 in the "ideal" implementation mode. The counts and the
+file:line they come from are in each method's module docstring and docs/methods.md; shared decoder
+recipes are in sim/methods/eager.py.
 """
 
 from __future__ import annotations

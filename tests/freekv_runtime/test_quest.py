@@ -18,8 +18,7 @@ from test_policy_conformance import SHAPE, config_for, dense_reference, make_epi
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.policies import make_policy
-from freekv_runtime.policies._reuse import plan_reuse
-from freekv_runtime.policies._sync_retrieval import replaced_pages
+from freekv_runtime.policies._reuse import plan_reuse, replaced_pages
 from freekv_runtime.policies.base import StepDecisions
 from freekv_runtime.timing import OpTimer
 
