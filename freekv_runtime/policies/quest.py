@@ -10,10 +10,10 @@ metadata = per-page min/max keys, estimate -> top-k -> sparse attention every st
 Runtime policy (freekv_runtime.policies._sync_retrieval on the paged-retrieval mechanism,
 _paged_retrieval): the retrieval setting this project compares (the whole KV on the host, the GPU holds
 the selected pages): at every decode step of a sparse layer the top pages under the current query are
-chosen among the candidates, the ones not resident are recalled synchronously before attention (every head `corrected`,
-similarity NaN), and attention runs over sink + selected + window. A budget covering the context attends
-everything (dense). Quest's hooks are the mechanism's defaults: `page_scores` over the summaries with
-`group_pooling`, `step_selection` every slot.
+chosen among the candidates, the ones not resident are recalled synchronously before attention (every
+head `corrected`, similarity NaN), and attention runs over sink + selected + window. A budget covering
+the context attends everything (dense). Quest's hooks are the mechanism's defaults: `page_scores` over
+the summaries with `group_pooling`, `step_selection` every slot.
 
 Knobs: the retrieval knobs (RuntimeConfig: budget_tokens, sink and window included; selected pages per
 KV head = (budget - sink - window) / page_size; page_size, sink_tokens, window_tokens, dense_layers; the
