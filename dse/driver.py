@@ -19,12 +19,15 @@ next worker): at start, for dead worker processes on this host (pid check), and 
 heartbeat (`heartbeat_interval_s`, `grace_period_s`) for workers on other machines. Ctrl-C marks the
 running trial FAIL the same way; the next run re-queues it. No finished trial is ever re-run.
 
-Distinct configurations. Each process seeds its sampler from the study seed, the number of trials
-already in storage and its worker index (`--jobs`), so a resumed, extended or parallel sweep draws new
-configurations instead of replaying the same draws. A drawn configuration that another trial already
+Distinct configurations. Each process seeds its sampler from the study seed, the number of trials already
+in storage and its worker index (`--jobs`), so a resumed, extended or parallel sweep draws new
+configurations instead of replaying the same draws. The grid sampler is the exception: it keeps its
+bookkeeping in the storage (each trial's cell, an index into its shuffled grid), so every worker shuffles
+the grid with the study seed; with a shuffle of its own, a worker's cell 2 is another's cell 0, and cells
+that other workers count as drawn are never measured. A drawn configuration that another trial already
 measured, is measuring or failed on is redrawn (the trial is PRUNED, `skipped: duplicate ...`, and does
-not count) while the space still holds configurations not taken; the check and the claim happen under
-a file lock, so the workers of one machine never measure one configuration twice. Only once every
+not count) while the space still holds configurations not taken; the check and the claim happen under a
+file lock, so the workers of one machine never measure one configuration twice. Only once every
 configuration is taken does a trial copy a COMPLETE twin's measurements (attribute `duplicate_of`).
 
 Nothing finished is lost. A measurement is saved to `<out_dir>/measurements/` (dse/measurements.py)
@@ -143,8 +146,8 @@ class Sweep:
         if s.name == "nsga2":
             kw = {"population_size": s.population_size} if s.population_size else {}
             return optuna.samplers.NSGAIISampler(seed=seed, **kw)
-        if s.name == "grid":
-            return optuna.samplers.GridSampler(self.space.grid(), seed=seed)
+        if s.name == "grid":  # one shuffle for every worker: the cells stored (grid_id) index it
+            return optuna.samplers.GridSampler(self.space.grid(), seed=s.seed)
         return optuna.samplers.RandomSampler(seed=seed)
 
     def _fingerprint(self) -> dict[str, Any]:

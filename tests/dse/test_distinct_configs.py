@@ -8,6 +8,7 @@ end `--jobs 2` sweep with the real runtime is the slow test at the bottom."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,20 @@ def test_two_workers_at_once_never_take_one_configuration(tmp_path: Path, sample
     assert _distinct(a) == (6, 6)
 
 
+def test_grid_workers_started_apart_draw_every_cell_once(tmp_path: Path) -> None:
+    """A second worker started after the first drew (its own sampler seed) reads the cells the storage
+    records as drawn in the same grid: the whole grid is measured in as many trials, none redrawn."""
+    a = _sweep(tmp_path, "sampler.name=grid", "trials=6")
+    first = _draw(a)
+    b = _sweep(tmp_path, "sampler.name=grid", "trials=6")  # one trial already in storage
+    assert a.sampler_seed != b.sampler_seed
+    drawn = [first]
+    for _ in range(5):
+        drawn.append(_draw(b if len(drawn) % 2 else a))  # lock step, every trial RUNNING meanwhile
+    assert all(t is not None for t in drawn), [t.user_attrs.get("skipped") for t in a.ostudy.trials]
+    assert len({t.user_attrs["config_key"] for t in drawn}) == 6
+
+
 def test_a_twin_of_a_running_trial_is_redrawn(tmp_path: Path) -> None:
     a = _sweep(tmp_path)
     b = _sweep(tmp_path, worker_index=1)
@@ -175,6 +190,6 @@ def test_jobs_2_sweep_measures_distinct_configurations(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = load_results(f"sqlite:///{out / 'study.db'}", "distinct")
-    keys = {tuple(sorted(t.config.items())) for t in res.completed}
+    keys = {json.dumps(t.config, sort_keys=True) for t in res.completed}
     assert len(res.completed) == 3 and len(keys) == 3
     assert all(t.duplicate_of is None for t in res.completed)

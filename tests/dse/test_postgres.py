@@ -79,7 +79,7 @@ def test_two_workers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
 
     res = load_results(postgres_url, "shared")
     counted = [t for t in res.trials if t.state in ("COMPLETE", "FAIL")]
-    assert len(res.completed) == 3 and len(counted) == 3, [(t.number, t.state) for t in res.trials]
+    assert len(res.completed) == 3 and len(counted) == 3, [(t.number, t.state, t.skipped) for t in res.trials]
     keys = [(t.config["tau"], t.config["budget_tokens"]) for t in res.completed]
     assert len(set(keys)) == 3  # every trial done once: no configuration ran twice
     pids = {t.worker["pid"] for t in res.completed}
