@@ -30,7 +30,8 @@ class ParitySetup:
     layers: int
     context_tokens: int
     decode_tokens: int
-    knobs: dict[str, Any]
+    knobs: dict[str, Any]  # the retrieval knobs
+    tau: float  # FreeKV's correction threshold
 
 
 # On a GPU machine: the Llama-3.1-8B shape cut to 4 layers (one dense) and FreeKV's paper knobs; the
@@ -40,14 +41,16 @@ FULL = ParitySetup(
     4,
     4096,
     32,
-    dict(page_size=32, budget_tokens=2048, sink_tokens=512, window_tokens=512, tau=0.9),
+    dict(page_size=32, budget_tokens=2048, sink_tokens=512, window_tokens=512),
+    0.9,
 )
 SMALL = ParitySetup(
     "smollm2-135m",
     3,
     512,
     8,
-    dict(page_size=16, budget_tokens=256, sink_tokens=32, window_tokens=32, tau=0.9),
+    dict(page_size=16, budget_tokens=256, sink_tokens=32, window_tokens=32),
+    0.9,
 )
 
 
@@ -115,7 +118,7 @@ def _trace(setup: ParitySetup, device: str, out: Path, seed: int) -> dict[str, A
         task=TaskSpec(
             "fidelity", context_tokens=setup.context_tokens, n_samples=1, decode_tokens=setup.decode_tokens
         ),
-        runtime=RuntimeConfig(method="freekv", dense_layers=(0,), **setup.knobs),
+        runtime=RuntimeConfig(method="freekv", dense_layers=(0,), **setup.knobs, knobs={"tau": setup.tau}),
         out_dir=out,
         seed=seed,
         device=device,

@@ -281,6 +281,7 @@ def test_a_sweep_over_two_methods_traces_and_replays_each_with_its_own_method(tm
         method = r.config["method"]
         meta = open_trace(Path(r.trace_dir)).meta
         assert meta.runtime["method"] == method
-        assert meta.runtime.get("extra", {}) == (r.config.get("options") or {})
+        options = r.config.get("options") or {}
+        assert {k: meta.method_knobs.get(k) for k in options} == options  # the trace records every knob
         assert {res["method"] for res in r.sim.values()} == {method}
         assert r.sim["a100-40g-pcie4"]["mapped_from"] is None  # measured model = replayed model

@@ -102,7 +102,7 @@ def test_two_sweeps_at_once_measure_the_baseline_once_and_keep_it(tmp_path: Path
         cwd=ROOT, capture_output=True, text=True, timeout=1200,
     )
     assert more.returncode == 0, more.stderr[-2000:]
-    assert "measuring dense attention" not in more.stderr and "measuring untuned FreeKV" in more.stderr
+    assert "measuring dense attention" not in more.stderr and "measuring untuned freekv" in more.stderr
     attrs = optuna.load_study(study_name="baseline", storage=open_storage(
         f"sqlite:///{out / 'study.db'}", heartbeat=False)).user_attrs
     assert attrs["dense"] == dense and attrs["untuned_freekv"]["config"]["page_size"] == 16
