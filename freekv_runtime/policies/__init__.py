@@ -8,10 +8,8 @@ in _paged_retrieval.py.
 
 from __future__ import annotations
 
-import importlib
-
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
-from traces.catalogue import entry, names
+from traces.catalogue import entry, import_target, names
 
 __all__ = ["policy_names", "policy_class", "make_policy"]
 
@@ -30,8 +28,7 @@ def policy_class(method: str) -> type:
     except UnknownMethodError as exc:
         raise RuntimeConfigError(str(exc)) from None
     assert target is not None
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return import_target(target)
 
 
 def make_policy(config: RuntimeConfig):

@@ -9,11 +9,10 @@ layer (sim/methods/base.py, "Adding a method"), and its catalogue entry naming i
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from sim.errors import SimInputError
-from traces.catalogue import UnknownMethodError, entry, names
+from traces.catalogue import UnknownMethodError, entry, import_target, names
 
 if TYPE_CHECKING:
     from sim.config import SimConfig
@@ -40,8 +39,7 @@ def method_class(name: str) -> type[Method]:
     except UnknownMethodError as exc:
         raise SimInputError(str(exc)) from None
     assert target is not None
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return import_target(target)
 
 
 def get_method(cfg: SimConfig, demand: Demand | None = None) -> Method:

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from traces.catalogue import dense, dropping, retrieval
-from traces.catalogue.entry import KINDS, MethodEntry
+from traces.catalogue.entry import KINDS, MethodEntry, import_target
 from traces.catalogue.knobs import KnobError, KnobSpec, MethodKnobs, knob
 
 __all__ = ["CATALOGUE", "DENSE", "KINDS", "MethodEntry", "MethodKnobs", "KnobError", "KnobSpec", "knob",
-           "UnknownMethodError", "entry", "canonical", "names", "runtime_method", "runtime_knobs"]
+           "UnknownMethodError", "entry", "canonical", "names", "runtime_method", "runtime_knobs",
+           "import_target"]
 
 DENSE = "dense"  # dense attention: the baseline every method is compared with
 

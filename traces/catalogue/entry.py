@@ -9,13 +9,14 @@ help texts and the method lists of README and docs derive from the entries. Plai
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from traces.catalogue.knobs import SIDE_WORDS, KnobError, MethodKnobs
 
-__all__ = ["MethodEntry", "KINDS"]
+__all__ = ["MethodEntry", "KINDS", "import_target"]
 
 # dense: attends the whole KV; retrieval: the whole KV stays reachable (on the host), a subset is attended
 # each step; dropping: evicted tokens are gone for good; multi-context: KV caches of separately prefilled
@@ -106,3 +107,10 @@ class MethodEntry:
             return (f"{name} is {SIDE_WORDS[other]} of {self.name}, not read by the {side}; the {side}'s "
                     f"knobs of {self.name}: {mine}")
         return None
+
+
+def import_target(target: str) -> Any:
+    """The object a catalogue location names ("module:attr", e.g. an entry's `policy` or `model`),
+    importing its module: the catalogue itself imports neither half."""
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
