@@ -28,3 +28,7 @@ class SimInputError(ValueError):
                         lambda m: names[m.group(1)], self.detail) if names else self.detail
         sep = "" if detail.startswith(":") else " "
         return f"{names[self.field]}{sep}{detail}"
+
+    def reworded(self, names: dict[str, str]) -> SimInputError:
+        """This error again, its message `worded` with `names` (field and detail kept)."""
+        return SimInputError(self.worded(names), field=self.field, detail=self.detail)

@@ -146,12 +146,10 @@ def _methods(q: Question, demand: Any) -> tuple[list[str], dict[str, str], list[
         names = list(method_names())
     else:
         names = list(q.methods) or [demand.method if demand is not None and demand.method else "freekv"]
-    for name in names:
-        try:
-            entry(name, simulator=True)
-        except UnknownMethodError as exc:
-            raise SimInputError(f"{q.named('method')}: {exc}", field="method", detail=f": {exc}") from None
-    names = [entry(n).name for n in names]
+    try:
+        names = [entry(name, simulator=True).name for name in names]  # current names ("full" -> dense)
+    except UnknownMethodError as exc:
+        raise SimInputError(f"{q.named('method')}: {exc}", field="method", detail=f": {exc}") from None
     refusal = replay_refusal(names, demand, q.transplant_method)
     if refusal and not q.every_method:
         raise SimInputError(refusal)
@@ -175,7 +173,7 @@ def _config(q: Question, hw: str, method: str, knobs: KnobResolution, impl: str,
             implementation=impl, transplant_method=q.transplant_method, **extra,
         )
     except SimInputError as exc:
-        raise SimInputError(exc.worded(dict(q.names)), field=exc.field, detail=exc.detail) from None
+        raise exc.reworded(dict(q.names)) from None
 
 
 def _method_cells(q: Question, hw: str, method: str, knobs: KnobResolution,
@@ -194,7 +192,7 @@ def _method_cells(q: Question, hw: str, method: str, knobs: KnobResolution,
             try:
                 model = get_method(cfg)  # checks the method's options
             except SimInputError as exc:
-                raise SimInputError(exc.worded(dict(q.names)), field=exc.field, detail=exc.detail) from None
+                raise exc.reworded(dict(q.names)) from None
             used = demand is not None and model.uses_demand(demand.method, cfg.transplant_method)
             if not used:
                 out.append(Cell(hw, method, impl, batch, cfg, demand, False, NO_DEMAND))
