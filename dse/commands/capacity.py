@@ -150,7 +150,7 @@ def _rows(ans: Any, slo_ms: float, slo_stat: str, seed: int,
         sampling_label = found.sampling.label() if found.sampling else sampling_label
         row = {"hardware": cell.hardware, "method": cell.method, "demand_end": cell.demand_end,
                **found.to_dict(),
-               "transplanted_method": ans.demand.demand.method if cell.transplant else None}
+               "transplanted_method": cell.transplanted_method}
         hourly = price.get(cell.hardware, {}).get("price_per_hour_usd")
         tps = row["tokens_per_s"]
         row["tokens_per_s_per_usd_hour"] = tps / hourly if hourly and tps else None

@@ -148,7 +148,7 @@ def _serve_cell(ans: Any, cell: Any, fixed: list | None, arrival_rate: float | N
         return serve(poisson_requests(rate, n_requests, q.input_tokens, q.output_tokens, seed), costs)
 
     row: dict[str, Any] = {"hardware": cell.hardware, "method": cell.method,
-                           "transplanted_method": ans.demand.demand.method if cell.transplant else None}
+                           "transplanted_method": cell.transplanted_method}
     if fixed is not None:
         row.update(mode="requests file", rate_per_s=None, stats=serve(fixed, costs).stats(*slos))
     elif arrival_rate is not None:

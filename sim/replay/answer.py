@@ -49,6 +49,11 @@ class Cell:
         """The demand the method prices, or None when it runs without one."""
         return self.demand if self.priced else None
 
+    @property
+    def transplanted_method(self) -> str | None:
+        """The runtime policy whose trace this cell's method prices as a transplant, else None."""
+        return self.demand.method if self.transplant else None
+
 
 @dataclass(frozen=True)
 class Answer:
