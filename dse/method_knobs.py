@@ -33,12 +33,8 @@ def knob_problem(method: str, knob: str, value: Any) -> str | None:
         return f"{knob} is shared by every method: give it as search.{knob}, not as a method knob"
     if knob == "dense_layers":
         return f"{knob} is not a method knob (it is a study-wide setting: search.dense_layers)"
-    method_entry = entry(method)
-    problem = method_entry.knob_problem(knob)
-    if problem is not None:
-        return problem
     try:
-        method_entry.knobs_from({knob: value})
+        entry(method).knobs_from({knob: value})  # an unknown knob, or a value it refuses
     except KnobError as exc:
         return str(exc)
     return None
