@@ -20,16 +20,6 @@ __all__ = ["SimConfig", "IMPLEMENTATIONS"]
 IMPLEMENTATIONS = ("as-published", "ideal")
 
 
-def _refused(name: str, detail: str) -> SimInputError:
-    """The error for SimConfig field `name` (SimInputError.field / detail, for front ends' wording)."""
-    return SimInputError(f"SimConfig.{name} {detail}", field=name, detail=detail)
-
-
-def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise _refused(name, f"must be a positive integer, got {value!r}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class SimConfig(RetrievalKnobs):
     """One simulated configuration.
@@ -75,17 +65,19 @@ class SimConfig(RetrievalKnobs):
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "input_tokens", "output_tokens", "dtype_bytes"):
-            _positive_int(name, getattr(self, name))
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise self._refuse(name, f"must be a positive integer, got {value!r}")
         super().__post_init__()
         if self.tau is not None and not (-1.0 <= float(self.tau) <= 1.0):
-            raise _refused("tau", f"must be None or a cosine threshold in [-1, 1], got {self.tau}")
+            raise self._refuse("tau", f"must be None or a cosine threshold in [-1, 1], got {self.tau}")
         if self.implementation not in IMPLEMENTATIONS:
-            raise _refused("implementation", f"must be one of {', '.join(IMPLEMENTATIONS)}, "
-                                             f"got {self.implementation!r}")
+            raise self._refuse("implementation", f"must be one of {', '.join(IMPLEMENTATIONS)}, "
+                                                 f"got {self.implementation!r}")
         if not isinstance(self.software, str) or not self.software.strip():
-            raise _refused("software", f"must be a software profile name or path, got {self.software!r}")
+            raise self._refuse("software", f"must be a software profile name or path, got {self.software!r}")
         if not isinstance(self.transplant_method, bool):
-            raise _refused("transplant_method", f"must be true or false, got {self.transplant_method!r}")
+            raise self._refuse("transplant_method", f"must be true or false, got {self.transplant_method!r}")
 
     @property
     def max_context_tokens(self) -> int:
