@@ -136,16 +136,21 @@ def replay(
     (batch_sizes[0]), and the capacity grid on the target model, through the replay service
     (sim.replay) with the trial's knobs and the recorded corrections. knobs None: dense attention, which
     prices no demand. Returns (sim_models, sim_grid)."""
+    from sim.replay import DemandSource, resolve_demand
+
     w = study.workload
+    source = DemandSource() if knobs is None else DemandSource(trace=trace_dir)
     sim_models: dict[str, dict[str, dict]] = {}
     sim_grid: list[dict] = []
     for model in study.replay_models:
-        first = _replayed(study, trace_dir, knobs, model, (w.batch_sizes[0],), w.input_tokens)
+        demand = resolve_demand(source, model, study.seed)  # read once per model, replayed at every cell
+        first = _replayed(study, source, demand, knobs, model, (w.batch_sizes[0],), w.input_tokens)
         sim_models[model] = {cell.hardware: result for cell, result in first}
         if model != study.replay_models[0] or (len(w.batch_sizes) < 2 and not w.context_lengths):
             continue
         for input_tokens in w.context_lengths or [w.input_tokens]:
-            for cell, result in _replayed(study, trace_dir, knobs, model, tuple(w.batch_sizes), input_tokens):
+            for cell, result in _replayed(study, source, demand, knobs, model, tuple(w.batch_sizes),
+                                          input_tokens):
                 sim_grid.append({
                     "hardware": cell.hardware, "model": model, "batch_size": cell.batch,
                     "input_tokens": input_tokens, "output_tokens": w.output_tokens, "result": result,
@@ -155,11 +160,13 @@ def replay(
     return sim_models, sim_grid
 
 
-def _replayed(study: Study, trace_dir: str, knobs: TrialConfig | None, model: str, batches: tuple[int, ...],
-              input_tokens: int) -> list[tuple[Any, dict]]:
-    """(cell, SimResult.to_dict()) of every hardware profile and batch for `model` at `input_tokens`."""
+def _replayed(study: Study, source: Any, demand: Any, knobs: TrialConfig | None, model: str,
+              batches: tuple[int, ...], input_tokens: int) -> list[tuple[Any, dict]]:
+    """(cell, SimResult.to_dict()) of every hardware profile and batch for `model` at `input_tokens`;
+    source: the trial's sim.replay.DemandSource (empty for dense attention), demand: it resolved on
+    `model` (sim.replay.ResolvedDemand)."""
     from sim import run_simulation
-    from sim.replay import DemandSource, Question, answer
+    from sim.replay import Question, answer
 
     given: dict[str, Any] = {"dense_layers": tuple(study.search.dense_layers)}
     if knobs is not None:
@@ -167,12 +174,11 @@ def _replayed(study: Study, trace_dir: str, knobs: TrialConfig | None, model: st
                      sink_tokens=knobs.sink_tokens, window_tokens=knobs.window_tokens)
     ans = answer(Question(
         model=model, hardware=tuple(study.hardware), methods=(DENSE if knobs is None else knobs.method,),
-        demand=DemandSource() if knobs is None else DemandSource(trace=trace_dir),
-        input_tokens=input_tokens, output_tokens=study.workload.output_tokens, batches=batches, knobs=given,
-        method_options={} if knobs is None else knobs.knob_values("simulator"),
+        demand=source, input_tokens=input_tokens, output_tokens=study.workload.output_tokens, batches=batches,
+        knobs=given, method_options={} if knobs is None else knobs.knob_values("simulator"),
         implementations=(study.implementation,), software=study.software, trace_knobs=False,
         model_positions=False, seed=study.seed,
-    ))
+    ), demand)
     return [(cell, run_simulation(cell.config, cell.demand, seed=study.seed).to_dict()) for cell in ans.cells]
 
 

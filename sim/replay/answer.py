@@ -94,12 +94,14 @@ class Answer:
         return [n for n in self.notes if n not in preset] + self.cell_notes()
 
 
-def answer(q: Question) -> Answer:
+def answer(q: Question, resolved: ResolvedDemand | None = None) -> Answer:
     """Resolve `q` into cells (module docstring). SimInputError, worded with `q.names`, for what cannot
     be replayed: a context past the model's positions, an unknown method, a demand a method may not
-    price (unless `every_method`), an invalid configuration."""
+    price (unless `every_method`), an invalid configuration. resolved: `q.demand` already resolved on
+    `q.model` (resolve_demand), for a caller that asks several questions of one demand."""
     spec = _model(q)
-    resolved = resolve_demand(q.demand, q.model, q.seed)
+    if resolved is None:
+        resolved = resolve_demand(q.demand, q.model, q.seed)
     methods, skipped, notes = _methods(q, resolved.demand)
     runtime = resolved.runtime if q.trace_knobs else None
     knobs = resolve_knobs(q.knobs, runtime, spec.n_layers, q.names)
