@@ -1,0 +1,1 @@
+"""Accuracy evidence for answers: per-prompt scores, the paired floor against dense attention."""
