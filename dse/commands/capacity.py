@@ -11,9 +11,6 @@ torch.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +25,7 @@ from dse.commands.replay_options import (
     what_if_options,
 )
 
-__all__ = ["command", "load_prices"]
-
-_CSV_COLUMNS = (
-    "hardware",
-    "method",
-    "demand_end",
-    "batch",
-    "per_token_mean_ms",
-    "per_token_p99_ms",
-    "tokens_per_s",
-    "tokens_per_s_per_usd_hour",
-    "prefill_s",
-    "gpu_gib",
-    "host_gib",
-    "max_batch_memory",
-    "memory_limit",
-    "binds",
-    "transplanted_method",
-)
-
+__all__ = ["command", "load_prices", "accuracy_options"]
 
 def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     """`--prices FILE`: YAML {profile: {price_per_hour_usd: number, source: text}} -> that dict."""
@@ -77,6 +55,32 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def accuracy_options(command: Any) -> Any:
+    """--accuracy-from, --measure, --measure-model, --accuracy-metric, --min-accuracy-ratio, --budgets:
+    the accuracy evidence of dse capacity and dse serve (dse.accuracy)."""
+    options = [
+        click.option("--accuracy-from", "accuracy_from", multiple=True,
+                     help="accuracy evidence, repeatable: a `dse trace` output directory, a directory of "
+                     "them, or a study (YAML, storage URL, SQLite file): its baselines and trials"),
+        click.option("--measure", default=None, metavar="TASK[:SAMPLES[:CONTEXT]]",
+                     help="measure accuracy now: dense and every method x --budgets on the same prompts "
+                     "(e.g. passkey:60:2048; cached under $FREEKV_DSE_CACHE/evidence)"),
+        click.option("--measure-model", default=None,
+                     help="model --measure runs [the planned model if its weights are here, else the "
+                     "stand-in smollm2-135m, labelled]"),
+        click.option("--accuracy-metric", default=None, help="metric of the evidence [its first]"),
+        click.option("--min-accuracy-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
+                     help="accuracy floor as a share of dense attention's on the same prompts, decided on "
+                     "paired prompts (rule printed with the answer)"),
+        click.option("--budgets", default=None,
+                     help="comma-separated candidate budgets (tokens) to measure and price per method "
+                     "[--budget-tokens, else the default]"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command(name="capacity")
 @click.option("--model", required=True, help="target model (registry name)")
 @click.option("--hardware", required=True, help="comma-separated hardware profiles (dse hardware list)")
@@ -97,10 +101,11 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
 @implementation_option
 @replay_knob_options
 @what_if_options
+@accuracy_options
 @click.option(
     "--prices",
     type=click.Path(path_type=Path),
-    help="YAML {profile: {price_per_hour_usd, source}}: adds tokens/s per dollar-hour",
+    help="YAML {profile: {price_per_hour_usd, source}}: adds tokens/s per dollar-hour and ranks by it",
 )
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="write the rows as CSV")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the answer as JSON")
@@ -110,132 +115,36 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
             slo_stat: str, demand: str | None, implementation: str, page_size: int | None,
             budget_tokens: int | None, sink_tokens: int | None, window_tokens: int | None,
             dense_layers: str | None, overrides: tuple[str, ...], options: tuple[str, ...],
-            software: str | None, prices: Path | None, csv_path: Path | None, json_path: Path | None,
+            software: str | None, accuracy_from: tuple[str, ...], measure: str | None,
+            measure_model: str | None, accuracy_metric: str | None, min_accuracy_ratio: float | None,
+            budgets: str | None, prices: Path | None, csv_path: Path | None, json_path: Path | None,
             seed: int, transplant_method: bool) -> None:
-    """Per hardware profile and method: the largest batch whose per-token latency meets --slo-ms at the
-    final context (input + output), its tokens/s, GPU and host memory, and what binds.
+    """Per hardware profile and method: the knobs with accuracy evidence that give the most tokens/s
+    (per dollar-hour with --prices) within the per-token latency SLO (--slo-ms, at the final context) and
+    the accuracy floor (--min-accuracy-ratio of dense, on paired prompts); the largest batch, its
+    tokens/s and memory, what binds, and how sure each number is.
 
-    Each method replays traces of its own runtime policy only; --transplant-method prices another
-    policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
-    demand; the others are refused (exit 2)."""
+    Each method prices its own demand: its own measured trace, else its own preset (with the answer at
+    its ends); --demand gives one demand to all (another policy's trace only with --transplant-method,
+    labelled)."""
+    from dse.commands.capacity_answer import run_capacity
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.paths import check_output_file
-    from sim.replay import DemandSource, Question, answer
+    from sim.replay import DemandSource, Question
 
     for path, flag in ((csv_path, "--csv"), (json_path, "--json")):
         if path is not None:
             check_output_file(path, flag)
     price = load_prices(prices)
-    ans = answer(Question(
+    given = knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers)
+    base = Question(
         model=model, hardware=split_names(hardware, "--hardware"), demand=DemandSource.from_text(demand),
         methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
-        knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers),
-        implementations=(implementation,), software=software, transplant_method=transplant_method,
-        demand_ends=True, seed=seed, names=FLAGS, **what_ifs(overrides, options),
-    ))
-    rows, sampling_label = _rows(ans, slo_ms, slo_stat, seed, price)
-    payload = _payload(ans, rows, sampling_label, price, slo_ms, slo_stat)
-    _write(payload, rows, json_path, csv_path)
-    _print(payload, bool(price))
-
-
-def _rows(ans: Any, slo_ms: float, slo_stat: str, seed: int,
-          price: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """One row per answer cell (profile, method, demand end): the capacity search's answer."""
-    from sim.capacity import capacity
-
-    rows, sampling_label = [], ""
-    for cell in ans.cells:
-        found = capacity(cell.config, cell.priced_demand, slo_ms / 1e3, slo_stat, seed)
-        sampling_label = found.sampling.label() if found.sampling else sampling_label
-        row = {"hardware": cell.hardware, "method": cell.method, "demand_end": cell.demand_end,
-               **found.to_dict(),
-               "transplanted_method": cell.transplanted_method}
-        hourly = price.get(cell.hardware, {}).get("price_per_hour_usd")
-        tps = row["tokens_per_s"]
-        row["tokens_per_s_per_usd_hour"] = tps / hourly if hourly and tps else None
-        rows.append(row)
-    return rows, sampling_label
-
-
-def _payload(ans: Any, rows: list[dict], sampling_label: str, price: dict, slo_ms: float,
-             slo_stat: str) -> dict[str, Any]:
-    q = ans.question
-    return {
-        "question": {
-            "model": q.model, "hardware": list(q.hardware), "methods": list(ans.methods),
-            "input_tokens": q.input_tokens, "output_tokens": q.output_tokens, "slo_ms": slo_ms,
-            "slo_stat": slo_stat, "implementation": q.implementations[0],
-            "transplant_method": q.transplant_method, "knobs": ans.knobs.to_dict()["values"],
-        },
-        "demand": {"label": ans.demand.label, "provenance": ans.demand.provenance},
-        "step_sampling": sampling_label,
-        "binds_rule": "sim/capacity.py docstring",
-        "prices": price,
-        "rows": rows,
-        "notes": ans.table_notes(),
-    }
-
-
-def _write(payload: dict, rows: list[dict], json_path: Path | None, csv_path: Path | None) -> None:
-    from dse.paths import write_text
-
-    if json_path is not None:
-        write_text(json_path, json.dumps(payload, indent=2, default=float), "--json")
-    if csv_path is not None:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=_CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_text(csv_path, buf.getvalue(), "--csv")
-
-
-def _fmt(x: Any, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _print(payload: dict, priced: bool) -> None:
-    from rich.table import Table
-
-    from dse.commands.sim_render import console as make_console
-
-    q = payload["question"]
-    console = make_console()
-    console.print(
-        f"[bold]{q['model']}[/], {q['input_tokens']} input + {q['output_tokens']} output tokens, per-token "
-        f"{q['slo_stat']} latency <= {q['slo_ms']:g} ms, priced {q['implementation']}"
+        knobs=given, implementations=(implementation,), software=software,
+        transplant_method=transplant_method, demand_ends=True, seed=seed, names=FLAGS,
+        **what_ifs(overrides, options),
     )
-    console.print(f"demand: {payload['demand']['label']}\n  provenance: {payload['demand']['provenance']}")
-    console.print(f"steps: {payload['step_sampling']}")
-    table = Table(title="largest batch under the SLO (batch = concurrent sequences)")
-    cols = ["hardware", "method", "demand", "batch", "mean ms", "p99 ms", "tokens/s"]
-    cols += ["tok/s per $/h"] if priced else []
-    cols += ["GPU GiB", "host GiB", "mem max", "binds"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("hardware", "method", "demand", "binds") else "right")
-    for r in payload["rows"]:
-        end = r["demand_end"]
-        cells = [
-            r["hardware"],
-            r["method"],
-            ("-" if end.startswith("n/a") else end) + (" (transplanted)" if r["transplanted_method"] else ""),
-            str(r["batch"]),
-            _fmt(r["per_token_mean_ms"], ".1f"),
-            _fmt(r["per_token_p99_ms"], ".1f"),
-            _fmt(r["tokens_per_s"], ",.0f"),
-        ]
-        cells += [_fmt(r["tokens_per_s_per_usd_hour"], ",.0f")] if priced else []
-        cells += [
-            _fmt(r["gpu_gib"], ".1f"),
-            _fmt(r["host_gib"], ".1f"),
-            str(r["max_batch_memory"]),
-            r["binds"],
-        ]
-        table.add_row(*cells)
-    console.print(table)
-    for note in payload["notes"]:
-        console.print(f"[yellow]note:[/] {note}")
-    console.print(
-        "binds: memory when the answer is the memory bound, else the SLO with the largest share "
-        "of the first batch over it (rule: sim/capacity.py)"
-    )
+    run_capacity(base, demand_given=demand is not None, slo_ms=slo_ms, slo_stat=slo_stat, price=price,
+                 accuracy_from=accuracy_from, measure=measure, measure_model=measure_model,
+                 metric=accuracy_metric, ratio=min_accuracy_ratio, budgets=budgets, csv_path=csv_path,
+                 json_path=json_path)

@@ -12,11 +12,13 @@ Without --arrival-rate or --requests it searches the highest Poisson rate meetin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from dse.commands.capacity import accuracy_options
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
@@ -79,6 +81,7 @@ __all__ = ["command"]
 @implementation_option
 @replay_knob_options
 @what_if_options
+@accuracy_options
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
 @click.option("--seed", default=0, show_default=True, type=int)
 @transplant_option
@@ -87,13 +90,27 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
             demand: str | None, implementation: str, page_size: int | None, budget_tokens: int | None,
             sink_tokens: int | None, window_tokens: int | None, dense_layers: str | None,
             overrides: tuple[str, ...], options: tuple[str, ...], software: str | None,
+            accuracy_from: tuple[str, ...], measure: str | None, measure_model: str | None,
+            accuracy_metric: str | None, min_accuracy_ratio: float | None, budgets: str | None,
             json_path: Path | None, seed: int, transplant_method: bool) -> None:
     """Serve a request stream with continuous batching (prefill blocks decode; memory-gated admission):
     TTFT and per-token latency p50/p99, goodput, and the highest Poisson rate under both SLOs.
 
-    Each method replays traces of its own runtime policy only; --transplant-method prices another
-    policy's trace with it (labelled). A trace of dense attention replays with the methods that need no
-    demand; the others are refused (exit 2)."""
+    Each method prices its own demand (its own measured trace, else its own preset); --demand gives one
+    to all (another policy's trace only with --transplant-method, labelled). With --accuracy-from or
+    --measure, one row per method and evidenced knobs, with its measured accuracy and the floor's verdict
+    (--min-accuracy-ratio, paired against dense on the same prompts)."""
+    from dse.accuracy.floor import rule_text
+    from dse.commands.capacity_evidence import (
+        accuracy_fields,
+        candidates,
+        demand_of,
+        floor_of,
+        gather_evidence,
+        parse_budgets,
+        question_knobs,
+        resolved_knobs,
+    )
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.paths import check_output_file
     from sim import SimInputError
@@ -108,25 +125,43 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
     if fixed is not None:
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
-    ans = answer(Question(
+    base = Question(
         model=model, hardware=split_names(hardware, "--hardware"), demand=DemandSource.from_text(demand),
         methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
         knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers),
         implementations=(implementation,), software=software, transplant_method=transplant_method,
         seed=seed, names=FLAGS, **what_ifs(overrides, options),
-    ))
+    )
+    evidence, ev_notes = gather_evidence(base, accuracy_from, measure, measure_model, accuracy_metric,
+                                         parse_budgets(budgets))
+    dense = [e for e in evidence if e.method == "dense"]
     slos = (ttft_slo_s, tpot_slo_ms / 1e3)
-    results = [_serve_cell(ans, cell, fixed, arrival_rate, n_requests, slos, seed) for cell in ans.cells]
+    if demand is not None:
+        answer(base)  # one refusal naming every method that may not price the given demand
+    results, notes, labels = [], list(ev_notes), []
+    for method, knobs, ev in candidates(base.methods, evidence, dict(base.knobs)):
+        q_knobs, sim_options = question_knobs(method, knobs)
+        source = base.demand if demand is not None else demand_of(method, ev, q_knobs.get("tau"))[0]
+        ans = answer(replace(base, methods=(method,), demand=source, knobs={**base.knobs, **q_knobs},
+                             method_options={**base.method_options, **sim_options}))
+        notes += [n for n in ans.table_notes() if n not in notes]
+        labels.append(f"{method}: {ans.demand.label}")
+        verdict, ref = floor_of(ev, method, dense, min_accuracy_ratio, seed)
+        accuracy = accuracy_fields(method, resolved_knobs(knobs, ans), ev, verdict, ref)
+        results += [{**_serve_cell(ans, cell, fixed, arrival_rate, n_requests, slos, seed), **accuracy}
+                    for cell in ans.cells]
     payload = {
         "model": model, "input_tokens": input_tokens, "output_tokens": output_tokens,
         "n_requests": len(fixed) if fixed else n_requests, "seed": seed, "implementation": implementation,
         "transplant_method": transplant_method, "ttft_slo_s": ttft_slo_s, "tpot_slo_ms": tpot_slo_ms,
-        "knobs": ans.knobs.to_dict()["values"],
-        "demand": {"label": ans.demand.label, "provenance": ans.demand.provenance},
+        "demand": {"label": "; ".join(labels), "provenance": "each method its own demand" if demand is None
+                   else ans.demand.provenance},
+        "min_accuracy_ratio": min_accuracy_ratio,
+        "floor_rule": None if min_accuracy_ratio is None else rule_text(min_accuracy_ratio),
         "model_of_serving": "continuous batching, FIFO, memory-gated admission at each sequence's final "
         "context, prefill blocks decode (no chunked prefill): sim/serving.py",
         "results": results,
-        "notes": ans.table_notes(),
+        "notes": notes,
     }
     if json_path is not None:
         from dse.paths import write_text
@@ -160,6 +195,12 @@ def _serve_cell(ans: Any, cell: Any, fixed: list | None, arrival_rate: float | N
     return row
 
 
+def _accuracy(r: dict) -> str:
+    from dse.commands.capacity_print import accuracy_text
+
+    return accuracy_text(r)
+
+
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
@@ -183,6 +224,9 @@ def _print(payload: dict) -> None:
     for col in (
         "hardware",
         "method",
+        "knobs",
+        "accuracy",
+        "floor",
         "rate req/s",
         "TTFT p50 s",
         "TTFT p99 s",
@@ -193,17 +237,22 @@ def _print(payload: dict) -> None:
         "SLO met",
         "max batch",
     ):
-        table.add_column(col, justify="left" if col in ("hardware", "method") else "right")
+        left = col in ("hardware", "method", "knobs", "floor")
+        table.add_column(col, justify="left" if left else "right")
     for r in payload["results"]:
         st = r["stats"]
         method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
         rate = "-" if r["rate_per_s"] is None else f"{r['rate_per_s']:.3g}"
         if st is None:
-            table.add_row(r["hardware"], method, "0 (none meets)", *["-"] * 8)
+            table.add_row(r["hardware"], method, r["knobs"], _accuracy(r), r["floor_verdict"],
+                          "0 (none meets)", *["-"] * 8)
             continue
         table.add_row(
             r["hardware"],
             method,
+            r["knobs"],
+            _accuracy(r),
+            r["floor_verdict"],
             rate,
             f"{st['ttft_p50_s']:.2f}",
             f"{st['ttft_p99_s']:.2f}",
@@ -215,5 +264,9 @@ def _print(payload: dict) -> None:
             str(st["max_batch"]),
         )
     console.print(table)
+    if payload["floor_rule"]:
+        console.print(f"rule: {payload['floor_rule']}")
+    console.print("accuracy: measured (interval, n; dense's on the same prompts in --json); rates, "
+                  "latencies, tokens/s: simulated")
     for note in payload["notes"]:
         console.print(f"[yellow]note:[/] {note}")

@@ -183,6 +183,18 @@ def _config(q: Question, hw: str, method: str, knobs: KnobResolution, impl: str,
         raise exc.reworded(dict(q.names)) from None
 
 
+def _preset_transplant(resolved: ResolvedDemand, method: str) -> str | None:
+    """'rates of preset:NAME (<method>'s) priced with <other method>' when a preset of another method's
+    rates is priced (its own rates are another preset: sim.demand_presets.own_preset), else None."""
+    from traces.catalogue import entry
+
+    preset = resolved.preset
+    if preset is None or preset.method in (method, entry(method).replays):
+        return None
+    return (f"rates of preset:{preset.name} ({preset.method}'s) priced with {method}, whose own rates these "
+            "are not")
+
+
 def _method_cells(q: Question, hw: str, method: str, knobs: KnobResolution,
                   resolved: ResolvedDemand) -> list[Cell]:
     """The cells of one method on one profile: every batch and implementation, and a preset's ends when
@@ -204,7 +216,7 @@ def _method_cells(q: Question, hw: str, method: str, knobs: KnobResolution,
             if not used:
                 out.append(Cell(hw, method, impl, batch, cfg, demand, False, NO_DEMAND))
                 continue
-            moved = method_transplant(model, cfg, demand)
+            moved = method_transplant(model, cfg, demand) or _preset_transplant(resolved, method)
             ends = {"central": demand, **(resolved.ends if q.demand_ends else {})}
             notes = tuple(replay_notes(demand, cfg))
             out += [Cell(hw, method, impl, batch, cfg, end_demand, True, end, moved, notes)

@@ -61,6 +61,7 @@ class ResolvedDemand:
     ends: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     trace_info: dict[str, Any] | None = None
+    preset: Any = None  # sim.demand_presets.DemandPreset of a "preset" demand
 
 
 def trace_status_note(reader: Any) -> str | None:
@@ -119,7 +120,7 @@ def _from_spec(spec: str, model: str, seed: int) -> ResolvedDemand:
         synthetic_demand(preset.spec(), model=model, seed=seed), "preset",
         f"preset:{preset.name} ({preset.spec()}; low end {preset.spec('low')}, "
         f"high end {preset.spec('high')})",
-        f"{preset.label}: {preset.source}", ends=ends, notes=(note,))
+        f"{preset.label}: {preset.source}", ends=ends, notes=(note,), preset=preset)
 
 
 def _from_rates(rates: tuple[float, float], note: str, model: str, seed: int) -> ResolvedDemand:

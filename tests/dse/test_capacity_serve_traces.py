@@ -62,11 +62,10 @@ def test_capacity_replays_a_dense_trace_with_demand_free_models(dense_trace: Pat
     payload = json.loads((tmp_path / "c.json").read_text())
     assert [r["method"] for r in payload["rows"]] == ["dense", "quest"]
     for row in payload["rows"]:
-        assert row["demand_end"] == "n/a (no demand)" and row["transplanted_method"] is None
+        assert row["demand_ends"] == {} and row["transplanted_method"] is None
         assert 0 < row["batch"] <= row["max_batch_memory"]
-    # the dense policy's every-layer-dense list is not a knob: quest is replayed with the default
-    assert payload["question"]["knobs"]["dense_layers"] == [0]
-    assert payload["question"]["knobs"]["budget_tokens"] == 96  # the trace's own knobs otherwise
+        assert row["latency_label"] == "simulated" and row["accuracy_label"] == "none"
+    assert "B=96" in payload["rows"][1]["knobs"]  # the trace's own knobs
     assert {r["transplanted_method"] for r in csv.DictReader((tmp_path / "c.csv").open())} == {""}
 
 
@@ -111,7 +110,7 @@ def test_serve_transplant_method(arkvale_trace: Path, tmp_path: Path, capsys) ->
     err = _refused(args, capsys)
     assert "--method shadowkv,freekv: the trace" in err and "these models replay only" in err
     out = _run([*args, "--transplant-method", "--json", str(tmp_path / "s.json")])
-    assert "freekv (transplanted)" in out and "demand of arkvale transplanted onto freekv" in out
+    assert "demand of arkvale transplanted onto freekv" in out
     payload = json.loads((tmp_path / "s.json").read_text())
     assert [r["transplanted_method"] for r in payload["results"]] == ["arkvale", "arkvale"]
     assert payload["notes"] == ["demand of arkvale transplanted onto shadowkv",
