@@ -1,4 +1,5 @@
-"""The capacity decision (dse/accuracy/decide.py): fastest within the SLO and the floor, and why others lost."""
+"""The capacity decision (dse/accuracy/decide.py): the fastest within the SLO and the floor, and why the
+others lost."""
 
 from __future__ import annotations
 

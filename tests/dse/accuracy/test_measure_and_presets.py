@@ -15,8 +15,8 @@ def test_scaled_knobs_keep_the_budget_share_and_the_convention() -> None:
     planned = {"budget_tokens": 2048, "page_size": 32, "sink_tokens": 512, "window_tokens": 512}
     for context in (1024, 2048, 4096, 16384):
         k = scale_knobs(planned, 66560, context)
-        assert convention_violation(k["page_size"], k["budget_tokens"], k["sink_tokens"], k["window_tokens"]) \
-            is None
+        bad = convention_violation(k["page_size"], k["budget_tokens"], k["sink_tokens"], k["window_tokens"])
+        assert bad is None
         assert k["budget_tokens"] <= max(2048 * context / 66560 * 1.5, 3 * 32)
     assert scale_knobs(planned, 2048, 4096) == planned  # never scaled up
 
