@@ -1,4 +1,4 @@
-"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, methods.
+"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, methods, compare.
 
 Subcommands live in `dse/commands/<name>.py`, each exposing a click command named `command`; they
 are imported lazily so that `dse sim` or `dse report` never imports torch.
@@ -22,6 +22,7 @@ _SUBCOMMANDS = {
     "capacity": "Largest batch under a per-token latency SLO, per hardware profile and method.",
     "serve": "Request-level serving simulation: TTFT, per-token latency, the highest rate under SLOs.",
     "methods": "List the KV methods (the method catalogue) and each method's knobs.",
+    "compare": "Two runs' accuracy on the same prompts: paired difference, McNemar, floor, disagreements.",
 }
 
 

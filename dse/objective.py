@@ -21,13 +21,18 @@ from dse.search_space import TrialConfig
 from dse.study import ACCURACY_METRICS, Study
 from traces.catalogue import DENSE
 
-__all__ = ["Evaluation", "OutOfMemory", "evaluate", "objective_values", "constraint_values", "DENSE"]
+__all__ = [
+    "Evaluation", "Measured", "OutOfMemory", "evaluate", "measure", "objective_values", "constraint_values",
+    "DENSE",
+]
 
 
 @dataclass(frozen=True)
 class Evaluation:
     """What one configuration measured (accuracy, traces) and simulated (per replayed model and
-    profile: SimResult.to_dict(); the capacity grid as a list of dicts)."""
+    profile: SimResult.to_dict(); the capacity grid as a list of dicts). accuracy_samples: metric ->
+    the per-prompt results [{"id", "score", "answer"}, ...] (none for dense fidelity, exact by
+    definition and never run; none in measurements saved before they were recorded)."""
 
     config: dict[str, Any]
     accuracy: dict[str, float]
@@ -36,7 +41,8 @@ class Evaluation:
     sim_models: dict[str, dict[str, dict]]
     sim_grid: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
-    accuracy_ci: dict[str, dict] = field(default_factory=dict)  # metric -> Estimate.to_dict()
+    accuracy_ci: dict[str, dict] = field(default_factory=dict)  # metric -> Estimate.to_dict(), no samples
+    accuracy_samples: dict[str, list[dict]] = field(default_factory=dict)
 
     def attrs(self, target_model: str) -> dict[str, Any]:
         """The user attributes stored for this evaluation (docs/contracts.md, "Study results")."""
@@ -45,6 +51,7 @@ class Evaluation:
             "config": self.config,
             "accuracy": self.accuracy,
             "accuracy_ci": self.accuracy_ci,
+            "accuracy_samples": self.accuracy_samples,
             "trace_dir": first,
             "trace_dirs": self.trace_dirs,
             "trace_summary": self.trace_summary,
@@ -72,17 +79,31 @@ DENSE_FIDELITY = {"top1_agreement": 1.0, "mean_kl": 0.0, "attention_mass": 1.0}
 EXACT_LABEL = "dense vs dense, exact by definition (not measured)"
 
 
-def measure(
-    study: Study, knobs: TrialConfig | None, out_dir: Path, progress: Any = None
-) -> tuple[dict, dict[str, str], dict, dict[str, dict]]:
-    """Run every task with the real runtime. Returns (accuracy, {task: trace_dir}, summary of the first
-    task's trace, {metric: 95% interval as Estimate.to_dict()}). knobs None: dense attention. progress:
-    called with a line per task (or None)."""
+@dataclass(frozen=True)
+class Measured:
+    """What `measure` returns: accuracy {metric: value}, trace_dirs {task: trace dir}, summary (the first
+    task's summary.json less its per-prompt results), intervals {metric: 95% interval as
+    Estimate.to_dict() without samples}, samples {metric: [{"id", "score", "answer"}, ...]}."""
+
+    accuracy: dict[str, float]
+    trace_dirs: dict[str, str]
+    summary: dict[str, Any]
+    intervals: dict[str, dict]
+    samples: dict[str, list[dict]]
+
+
+_SUMMARY_SAMPLES = ("accuracy_samples", "accuracy_samples_random_weights")  # stored once, in Measured.samples
+
+
+def measure(study: Study, knobs: TrialConfig | None, out_dir: Path, progress: Any = None) -> Measured:
+    """Run every task with the real runtime (knobs None: dense attention). progress: called with a line
+    per task (or None). Dense fidelity is exact by definition: values, no run, no per-prompt samples."""
     from freekv_runtime.api import TaskSpec, TraceRequest, run_trace
 
     runtime = _runtime_config(study, knobs)
     accuracy: dict[str, float] = {}
     intervals: dict[str, dict] = {}
+    samples: dict[str, list[dict]] = {}
     trace_dirs: dict[str, str] = {}
     summary: dict[str, Any] = {}
     exact: dict[str, str] = {}
@@ -111,13 +132,14 @@ def measure(
         )
         outcome = run_trace(req)
         accuracy.update({k: float(v) for k, v in outcome.accuracy.items()})
-        intervals.update({k: e.to_dict() for k, e in outcome.intervals.items()})
+        intervals.update({k: e.to_dict(with_samples=False) for k, e in outcome.intervals.items()})
+        samples.update({k: list(v) for k, v in outcome.summary.get("accuracy_samples", {}).items()})
         trace_dirs[task.name] = str(outcome.trace_dir)
         if not summary:
-            summary = dict(outcome.summary)
+            summary = {k: v for k, v in outcome.summary.items() if k not in _SUMMARY_SAMPLES}
     if exact:
         summary["accuracy_exact"] = exact
-    return accuracy, trace_dirs, summary, intervals
+    return Measured(accuracy, trace_dirs, summary, intervals, samples)
 
 
 def _fresh_dir(path: Path) -> Path:
@@ -187,14 +209,15 @@ def evaluate(study: Study, knobs: TrialConfig | None, out_dir: Path, progress: A
     the simulator propagate (the driver decides whether they fail the trial or stop the sweep).
     progress: called with a line at each stage (tasks, replay), e.g. dse.heartbeat.Heartbeat.stage."""
     t0 = time.perf_counter()
-    accuracy, trace_dirs, summary, intervals = measure(study, knobs, out_dir, progress)
+    m = measure(study, knobs, out_dir, progress)
     if progress is not None:
         progress(f"replaying on {len(study.hardware)} profile(s) x {len(study.replay_models)} model(s)")
     # dense attention replays no trace (and may have none: a fidelity-only study measures nothing for it)
-    sim_models, sim_grid = replay(study, next(iter(trace_dirs.values()), ""), knobs)
+    sim_models, sim_grid = replay(study, next(iter(m.trace_dirs.values()), ""), knobs)
     config = knobs.to_dict() if knobs is not None else {"method": DENSE}
     return Evaluation(
-        config, accuracy, trace_dirs, summary, sim_models, sim_grid, time.perf_counter() - t0, intervals
+        config, m.accuracy, m.trace_dirs, m.summary, sim_models, sim_grid, time.perf_counter() - t0,
+        m.intervals, m.samples,
     )
 
 

@@ -95,6 +95,7 @@ class BaselineResult(_Replays):
     trace_dir: str | None = None
     trace_summary: dict = field(default_factory=dict)
     accuracy_ci: dict[str, dict] = field(default_factory=dict)  # metric -> 95% interval (stats.Estimate)
+    accuracy_samples: dict[str, list[dict]] = field(default_factory=dict)  # see TrialResult
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ class TrialResult(_Replays):
     error: the recorded error of a FAIL trial; interrupted: why a trial was stopped by a killed or
         interrupted worker (such trials are re-queued and do not count toward the budget).
     skipped: why a PRUNED trial ran nothing (invalid combination, or over the trial budget).
+    accuracy_samples: metric -> per-prompt results [{"id", "score", "answer"}, ...]; empty for studies
+        measured before they were recorded, and no entry for dense fidelity (exact, never run).
+        `dse.accuracy.samples.scores` turns one list into {id: score} for paired comparisons.
     """
 
     number: int = -1
@@ -116,6 +120,7 @@ class TrialResult(_Replays):
     values: tuple[float, ...] | None = None
     accuracy: dict[str, float] = field(default_factory=dict)
     accuracy_ci: dict[str, dict] = field(default_factory=dict)  # metric -> 95% interval (stats.Estimate)
+    accuracy_samples: dict[str, list[dict]] = field(default_factory=dict)
     dense_accuracy: dict[str, float] = field(default_factory=dict)
     trace_dir: str | None = None
     trace_dirs: dict[str, str] = field(default_factory=dict)
@@ -253,6 +258,7 @@ def _trial_result(trial: Any, target_model: str | None) -> TrialResult:
         values=tuple(float(v) for v in values) if values is not None else None,
         accuracy=ua.get("accuracy", {}),
         accuracy_ci=ua.get("accuracy_ci", {}),
+        accuracy_samples=ua.get("accuracy_samples") or {},
         dense_accuracy=ua.get("dense_accuracy", {}),
         trace_dir=ua.get("trace_dir"),
         trace_dirs=ua.get("trace_dirs", {}),
@@ -283,6 +289,7 @@ def _baseline(name: str, data: dict | None, target_model: str | None) -> Baselin
         config=data.get("config", {}),
         accuracy=data.get("accuracy", {}),
         accuracy_ci=data.get("accuracy_ci", {}),
+        accuracy_samples=data.get("accuracy_samples") or {},
         trace_dir=data.get("trace_dir"),
         trace_summary=data.get("trace_summary", {}),
     )

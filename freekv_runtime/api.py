@@ -7,7 +7,8 @@ outcome = run_trace(TraceRequest(model="smollm2-135m", task=TaskSpec("passkey", 
 outcome.accuracy  # {"passkey_accuracy": 1.0}; outcome.trace_dir == out_dir / "trace"
 ```
 Writes `out_dir/trace/` (a `traces` trace: one sequence per task sample) and `out_dir/summary.json`
-(accuracy per metric + `traces.stats.trace_summary`). The loaded model is cached per process.
+(accuracy per metric, its 95% interval, its per-prompt results + `traces.stats.trace_summary`; see
+`_write_summary`). The loaded model is cached per process.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from traces.probe import PROBE_KEY
 
 __all__ = [
     "TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "PolicyRunner", "resolve_device",
-    "resolve_dtype", "device_string", "library_versions", "runtime_dict",
+    "resolve_dtype", "device_string", "library_versions", "runtime_dict", "samples_dict",
 ]
 
 GREEDY = Sampling()
@@ -78,7 +79,8 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class TraceOutcome:
-    """accuracy: metric -> point value; intervals: metric -> Estimate (95% interval, n, method)."""
+    """accuracy: metric -> point value; intervals: metric -> Estimate (95% interval, n, method, and the
+    per-prompt results in Estimate.samples)."""
 
     accuracy: dict[str, float]
     trace_dir: Path
@@ -296,9 +298,9 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
         runner.writer = writer
         intervals = task.run(req.task, runner, req.seed)
     wall_s = time.perf_counter() - started
-    withheld: dict[str, float] = {}
+    withheld: dict[str, Estimate] = {}
     if req.random_weights is not None:  # a random model's answers mean nothing: keep the numbers aside
-        withheld = {k: e.value for k, e in intervals.items()}
+        withheld = dict(intervals)
         nan = math.nan
         intervals = {k: Estimate(nan, nan, nan, e.n, "withheld: random weights")
                      for k, e in intervals.items()}
@@ -345,16 +347,27 @@ def _probe_extra(policy: KVPolicy) -> dict[str, Any]:
     return {PROBE_KEY: probe} if probe else {}
 
 
+def samples_dict(intervals: dict[str, Estimate]) -> dict[str, list[dict[str, Any]]]:
+    """metric -> [{"id", "score", "answer"}, ...] of the metrics that carry per-prompt results."""
+    return {k: [s.to_dict() for s in e.samples] for k, e in intervals.items() if e.samples}
+
+
 def _write_summary(
     out_dir: Path, trace_dir: Path, intervals: dict[str, Estimate], wall_s: float, n_sequences: int,
-    withheld: dict[str, float], random_weights: int | None,
+    withheld: dict[str, Estimate], random_weights: int | None,
 ) -> dict:
+    """summary.json: `accuracy` {metric: value}, `accuracy_ci` {metric: Estimate.to_dict() without its
+    samples}, `accuracy_samples` {metric: [{"id", "score", "answer"}, ...]} (the per-prompt results,
+    stored once, here), wall time, throughput and the trace summary. With random weights every value
+    and sample is withheld (accuracy null, accuracy_samples empty); the raw ones are kept under
+    accuracy_random_weights and accuracy_samples_random_weights for debugging only."""
     from traces.stats import trace_summary
 
     reader = open_trace(trace_dir)
     accuracy = {k: (None if math.isnan(e.value) else e.value) for k, e in intervals.items()}  # no NaN in JSON
     summary = {
-        "accuracy": accuracy, "accuracy_ci": {k: e.to_dict() for k, e in intervals.items()},
+        "accuracy": accuracy, "accuracy_ci": {k: e.to_dict(with_samples=False) for k, e in intervals.items()},
+        "accuracy_samples": samples_dict(intervals),
         "wall_s": wall_s, "samples_per_s": n_sequences / wall_s if wall_s > 0 else None,
         "trace_dir": str(trace_dir), **trace_summary(reader),
     }
@@ -362,8 +375,11 @@ def _write_summary(
         summary["random_weights"] = random_weights
         summary["accuracy_note"] = (
             f"meaningless: random weights (seed {random_weights}); accuracy is withheld (null), the raw "
-            "values are in accuracy_random_weights for debugging only")
-        summary["accuracy_random_weights"] = {k: (None if math.isnan(v) else v) for k, v in withheld.items()}
+            "values are in accuracy_random_weights and accuracy_samples_random_weights for debugging only")
+        summary["accuracy_random_weights"] = {
+            k: (None if math.isnan(e.value) else e.value) for k, e in withheld.items()
+        }
+        summary["accuracy_samples_random_weights"] = samples_dict(withheld)
     path = out_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", encoding="utf-8")

@@ -8,20 +8,28 @@ No torch (the report imports this). Every metric a task returns is an `Estimate`
 - "none": fewer than one value, or a metric that was not measured (NaN).
 Units of independence are task samples (sequences): per-token values of one sequence are averaged
 first, because tokens of one sequence are not independent.
+
+An Estimate also carries its per-sample results (`samples`: one `SampleScore` per prompt: the prompt's
+id, its score, the model's answer), so that two configurations run on the same prompts can be compared
+prompt by prompt (paired tests, dse/accuracy). The helpers take `ids=` and `answers=` for that; an id
+names the prompt, never the configuration (freekv_runtime.tasks.base.sample_id).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "Estimate",
+    "SampleScore",
+    "sample_scores",
     "wilson",
+    "proportion",
     "bootstrap_mean",
     "estimate",
     "samples_needed_proportions",
@@ -32,12 +40,52 @@ __all__ = [
 Z95 = 1.959963984540054  # two-sided 95%
 Z80_POWER = 0.8416212335729143  # one-sided 80% power
 BOOTSTRAP_RESAMPLES = 2000
+ANSWER_CHARS = 200  # a sample's answer is kept up to this many characters
+
+
+def _json_float(v: float) -> float | None:
+    return None if math.isnan(v) else v
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    """One prompt's result: id (the same prompt has the same id under every KV method and knob), score
+    (0/1 for right/wrong, else the per-sample value; NaN when not measured), answer (the model's
+    decoded answer or a short description, at most ANSWER_CHARS characters)."""
+
+    id: str
+    score: float
+    answer: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "score": _json_float(self.score), "answer": self.answer}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SampleScore:
+        score = d.get("score")
+        return cls(str(d["id"]), float("nan") if score is None else float(score), str(d.get("answer", "")))
+
+
+def sample_scores(
+    ids: Sequence[str], scores: Sequence[float], answers: Sequence[str] | None = None
+) -> tuple[SampleScore, ...]:
+    """One SampleScore per id (answers cut to ANSWER_CHARS); ValueError when the lengths differ."""
+    answers = [""] * len(ids) if answers is None else answers
+    if not len(ids) == len(scores) == len(answers):
+        raise ValueError(
+            f"{len(ids)} ids, {len(scores)} scores and {len(answers)} answers: one each per sample"
+        )
+    return tuple(
+        SampleScore(str(i), float(s), str(a)[:ANSWER_CHARS])
+        for i, s, a in zip(ids, scores, answers, strict=True)
+    )
 
 
 @dataclass(frozen=True)
 class Estimate:
     """A metric with its 95% interval. value/low/high NaN when not measured; sd: the sample standard
-    deviation of the per-sample values (what a sample-size estimate needs), NaN for n < 2."""
+    deviation of the per-sample values (what a sample-size estimate needs), NaN for n < 2; samples: the
+    per-sample results the value was computed from (empty where they were not recorded)."""
 
     value: float
     low: float
@@ -45,10 +93,19 @@ class Estimate:
     n: int
     method: str
     sd: float = float("nan")
+    samples: tuple[SampleScore, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: NaN becomes None."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+    def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
+        """JSON-ready: NaN becomes None; "samples" (a list of {"id", "score", "answer"}) only when there
+        are samples and with_samples."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "samples":
+                out[f.name] = _json_float(v) if isinstance(v, float) else v
+        if self.samples and with_samples:
+            out["samples"] = [s.to_dict() for s in self.samples]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Estimate:
@@ -60,6 +117,7 @@ class Estimate:
             n=int(d.get("n", 0)),
             method=str(d.get("method", "none")),
             sd=nan if d.get("sd") is None else float(d["sd"]),
+            samples=tuple(SampleScore.from_dict(s) for s in d.get("samples") or ()),
         )
 
     def __str__(self) -> str:
@@ -82,8 +140,30 @@ def wilson(successes: int, n: int, z: float = Z95) -> Estimate:
     return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson", sd)
 
 
-def bootstrap_mean(values: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> Estimate:
-    """Percentile-bootstrap 95% interval of the mean of independent values (seeded)."""
+def proportion(
+    outcomes: Sequence[bool | float], *, ids: Sequence[str] | None = None,
+    answers: Sequence[str] | None = None,
+) -> Estimate:
+    """Wilson interval of the share of true (or 1) outcomes; with ids, the outcomes as 0/1 samples."""
+    scores = [float(bool(o)) for o in outcomes]
+    e = wilson(int(sum(scores)), len(scores))
+    return e if ids is None else _with_samples(e, ids, scores, answers)
+
+
+def _with_samples(
+    e: Estimate, ids: Sequence[str], scores: Sequence[float], answers: Sequence[str] | None
+) -> Estimate:
+    return Estimate(e.value, e.low, e.high, e.n, e.method, e.sd, sample_scores(ids, scores, answers))
+
+
+def bootstrap_mean(
+    values: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES, *,
+    ids: Sequence[str] | None = None, answers: Sequence[str] | None = None,
+) -> Estimate:
+    """Percentile-bootstrap 95% interval of the mean of independent values (seeded); NaN values are
+    left out of the mean but kept (as unmeasured) among the samples of `ids`."""
+    if ids is not None:
+        return _with_samples(bootstrap_mean(values, seed, resamples), ids, list(values), answers)
     x = np.asarray(values, dtype=np.float64)
     x = x[~np.isnan(x)]
     n = len(x)
@@ -98,8 +178,14 @@ def bootstrap_mean(values: Sequence[float], seed: int = 0, resamples: int = BOOT
     return Estimate(mean, float(low), float(high), n, "bootstrap", float(x.std(ddof=1)))
 
 
-def estimate(values: Sequence[float], seed: int = 0) -> Estimate:
-    """Per-sample values -> Estimate: Wilson when every value is 0 or 1, else bootstrap of the mean."""
+def estimate(
+    values: Sequence[float], seed: int = 0, *, ids: Sequence[str] | None = None,
+    answers: Sequence[str] | None = None,
+) -> Estimate:
+    """Per-sample values -> Estimate: Wilson when every value is 0 or 1, else bootstrap of the mean;
+    with ids (one per value), the values as samples."""
+    if ids is not None:
+        return _with_samples(estimate(values, seed), ids, list(values), answers)
     x = np.asarray(values, dtype=np.float64)
     x = x[~np.isnan(x)]
     if len(x) and np.all((x == 0) | (x == 1)):

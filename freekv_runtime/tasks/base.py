@@ -8,6 +8,9 @@ Shapes: T = prompt tokens, N = new / forced tokens, V = vocabulary, L = layers, 
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -17,7 +20,7 @@ import torch
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
 
-__all__ = ["TaskSpec", "SequenceRunner", "ForcedResult", "Task"]
+__all__ = ["TaskSpec", "SequenceRunner", "ForcedResult", "Task", "sample_id", "record_ids"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,34 @@ class TaskSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def sample_id(spec: TaskSpec, seed: int, key: int | str) -> str:
+    """The id of one prompt of `spec`: "<task>/<context_tokens>/seed<seed>/<key>", key the sample's index
+    or the benchmark record's own id. With params or decode_tokens given, an 8-hex digest of them goes
+    after the context length ("niah_single/4096/1f0c2a9e/seed0/3"), so that prompts built differently
+    never share an id. It never depends on the KV method or its knobs: the same spec and seed give the
+    same ids under every configuration, which is what pairs their per-prompt scores."""
+    shape = ""
+    if spec.params or spec.decode_tokens is not None:
+        text = json.dumps({"params": spec.params, "decode_tokens": spec.decode_tokens}, sort_keys=True,
+                          default=str)
+        shape = "/" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{spec.name}/{spec.context_tokens}{shape}/seed{seed}/{key}"
+
+
+RECORD_ID_FIELDS = ("_id", "id", "unique_id", "index", "ID", "Record ID")
+
+
+def record_ids(records: list[dict[str, Any]]) -> list[str]:
+    """Per record of a benchmark file, its own id (the first of RECORD_ID_FIELDS it has); the position
+    ("3") when no record has one; "<id>#<position>" where a record lacks one or shares it with another,
+    so that ids stay unique."""
+    own = [next((str(r[k]) for k in RECORD_ID_FIELDS if r.get(k) not in (None, "")), None) for r in records]
+    if all(key is None for key in own):
+        return [str(i) for i in range(len(records))]
+    counts = Counter(own)
+    return [key if key is not None and counts[key] == 1 else f"{key or ''}#{i}" for i, key in enumerate(own)]
 
 
 @dataclass(frozen=True)
@@ -105,5 +136,6 @@ class Task(Protocol):
         ...
 
     def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, Estimate]:
-        """Run all samples of `spec`; metric name -> value with its 95% interval (freekv_runtime.stats)."""
+        """Run all samples of `spec`; metric name -> value with its 95% interval (freekv_runtime.stats)
+        and its per-sample results (Estimate.samples, ids from `sample_id`)."""
         ...

@@ -12,6 +12,8 @@ Metrics, over all decode steps of all samples:
 - `attention_mass`: mean over steps, sparse layers (not in RuntimeConfig.dense_layers) and KV heads
   of the share of dense attention probability the policy attended (1.0 for dense attention; NaN if
   the policy did not measure it).
+Per-sample results (Estimate.samples): each window's value, with the policy's teacher-forced argmax
+tokens decoded as its answer.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.text import PROSE_SOURCE, reference_prose
 
 __all__ = ["FidelityTask", "kl_divergence_nats", "top1_agreement"]
@@ -130,16 +132,20 @@ class FidelityTask:
         windows = self.windows(spec, runner)
         dense = _dense_logits_batch(runner, windows)
         results = runner.teacher_forced_batch([p for p, _ in windows], [f for _, f in windows])
-        agree, kl, mass = [], [], []
+        agree, kl, mass, answers = [], [], [], []
         for ref, result in zip(dense, results, strict=True):
             agree.append(float(top1_agreement(ref, result.logits).double().mean()))
             kl.append(float(kl_divergence_nats(ref, result.logits).mean()))
+            predicted = result.logits.argmax(dim=-1).tolist()  # (N,) the policy's next-token choices
+            answers.append(runner.tokenizer.decode(predicted, skip_special_tokens=True))
             if result.attention_mass is not None:
                 n_layers = result.attention_mass.shape[1]
                 sparse = [i for i in range(n_layers) if i not in runner.dense_layers] or list(range(n_layers))
                 mass.append(float(np.nanmean(result.attention_mass[:, sparse])))
+        ids = [sample_id(spec, seed, i) for i in range(len(windows))]
+        measured = len(mass) == len(ids)  # the policy measured attention mass (else no samples of it)
         return {
-            "top1_agreement": bootstrap_mean(agree, seed),
-            "mean_kl": bootstrap_mean(kl, seed),
-            "attention_mass": bootstrap_mean(mass, seed),
+            "top1_agreement": bootstrap_mean(agree, seed, ids=ids, answers=answers),
+            "mean_kl": bootstrap_mean(kl, seed, ids=ids, answers=answers),
+            "attention_mass": bootstrap_mean(mass, seed, ids=ids if measured else None, answers=answers),
         }

@@ -9,7 +9,7 @@ inputs to 64K). Greedy. Scoring as LongBench v2's `result.py`: the letter of "Th
 (or "... is X"), asterisks removed; accuracy with a Wilson interval. Params: `data` (file or directory,
 see tasks/local_data.py), `difficulty` (easy | hard), `length` (short | medium | long), `domain`,
 `template` (chat | plain). The first `n_samples` matching records run.
-Metric: `longbench_v2_accuracy`.
+Metric: `longbench_v2_accuracy`; sample ids carry the record's `_id` (tasks.base.record_ids).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 from typing import Any
 
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.stats import Estimate, wilson
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.stats import Estimate, proportion
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, chat_prompt, field, find_records, truncate_middle
 from freekv_runtime.tasks.ruler_common import check_params, encode
 
@@ -93,8 +93,8 @@ class LongBenchV2Task:
         outputs = runner.generate_batch(
             self.prompts(spec, runner.tokenizer), spec.decode_tokens or self.default_decode_tokens
         )
-        correct = sum(
-            extract_choice(runner.tokenizer.decode(ids, skip_special_tokens=True)) == str(r["answer"]).strip()
-            for r, (ids, _) in zip(records, outputs, strict=True)
-        )
-        return {"longbench_v2_accuracy": wilson(correct, len(records))}
+        answers = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        return {"longbench_v2_accuracy": proportion(
+            [extract_choice(a) == str(r["answer"]).strip() for r, a in zip(records, answers, strict=True)],
+            ids=[sample_id(spec, seed, key) for key in record_ids(records)], answers=answers,
+        )}

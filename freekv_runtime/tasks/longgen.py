@@ -13,7 +13,8 @@ Metrics per sample, then averaged over samples (bootstrap intervals over samples
 - `longgen_kl`: mean over the N - 1 decode steps of KL(dense || policy) of the next-token distributions
   along the policy's own trajectory, in nats (the prefill's prediction is dense in every policy).
 Param `kl` (default true): false skips the dense teacher-forced pass (about a third of the task's
-cost) and leaves `longgen_kl` unmeasured (NaN), for sweeps that optimise agreement only.
+cost) and leaves `longgen_kl` unmeasured (NaN, no samples), for sweeps that optimise agreement only.
+Per-sample results (Estimate.samples): each prompt's value, with the policy's generation as its answer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.fidelity import _prose_tokens, kl_divergence_nats
 from freekv_runtime.tasks.text import PROSE_SOURCE
 
@@ -116,8 +117,10 @@ class LongGenTask:
             first.append(float(first_divergence(ref, tokens)))
             if logits is not None and dense_logits is not None:
                 kl.append(float(kl_divergence_nats(dense_logits, logits).mean()))
+        ids = [sample_id(spec, seed, i) for i in range(len(prompts))]
+        answers = [runner.tokenizer.decode(tokens, skip_special_tokens=True) for tokens, _ in policy]
         return {
-            "longgen_agreement": bootstrap_mean(agree, seed),
-            "longgen_divergence_step": bootstrap_mean(first, seed),
-            "longgen_kl": bootstrap_mean(kl, seed),
+            "longgen_agreement": bootstrap_mean(agree, seed, ids=ids, answers=answers),
+            "longgen_divergence_step": bootstrap_mean(first, seed, ids=ids, answers=answers),
+            "longgen_kl": bootstrap_mean(kl, seed, ids=ids if with_kl else None, answers=answers),
         }

@@ -14,7 +14,8 @@ the {event}? Please answer with 'yes' or 'no' only." (the benchmark used Llama-3
 judge; here it is the model under test), "keyword" checks that the event text occurs in the block
 (case-insensitive; deterministic, cheap, stricter). Per sample: CR, accuracy over all its checks, and
 CR x accuracy; intervals bootstrap over samples. Params: `data`, `judge`, `temperature`, `top_p`.
-Metrics: `longgenbench_completion_rate`, `longgenbench_accuracy`, `longgenbench_cr_x_acc` (fractions).
+Metrics: `longgenbench_completion_rate`, `longgenbench_accuracy`, `longgenbench_cr_x_acc` (fractions),
+with per-sample results whose answer is the head of the output.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from freekv_runtime.decode import Sampling
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode
 
@@ -107,9 +108,10 @@ class LongGenBenchTask:
         outputs = runner.generate_batch(
             prompts, n_new, p["sampling"], [seed * 100_003 + i for i in range(len(prompts))]
         )
-        cr, acc, both = [], [], []
+        cr, acc, both, texts = [], [], [], []
         for r, (ids, _) in zip(records, outputs, strict=True):
             text = str(r.get("prefix", "")) + runner.tokenizer.decode(ids, skip_special_tokens=True)
+            texts.append(text)
             blocks = split_blocks(text, str(r["type"]))
             number = int(r["number"])
             cr.append(len(set(blocks) & set(range(1, number + 1))) / number)
@@ -117,10 +119,11 @@ class LongGenBenchTask:
             yes = self._judge(runner, judged, p["judge"])
             acc.append(sum(yes) / len(judged) if judged else 0.0)
             both.append(cr[-1] * acc[-1])
+        keys = [sample_id(spec, seed, key) for key in record_ids(records)]
         return {
-            "longgenbench_completion_rate": bootstrap_mean(cr, seed),
-            "longgenbench_accuracy": bootstrap_mean(acc, seed),
-            "longgenbench_cr_x_acc": bootstrap_mean(both, seed),
+            "longgenbench_completion_rate": bootstrap_mean(cr, seed, ids=keys, answers=texts),
+            "longgenbench_accuracy": bootstrap_mean(acc, seed, ids=keys, answers=texts),
+            "longgenbench_cr_x_acc": bootstrap_mean(both, seed, ids=keys, answers=texts),
         }
 
     @staticmethod

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.stats import Estimate, wilson
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.stats import Estimate, proportion
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.text import reference_prose, split_sentences
 
 __all__ = ["PasskeyTask", "PasskeyPrompt", "build_prompt", "FILLERS", "TEMPLATES"]
@@ -165,8 +165,8 @@ class PasskeyTask:
         decode_tokens = spec.decode_tokens or self.default_decode_tokens
         prompts = self.prompts(spec, runner.tokenizer, seed)
         outputs = runner.generate_batch([p.token_ids for p in prompts], decode_tokens)
-        correct = sum(
-            str(p.key) in runner.tokenizer.decode(ids, skip_special_tokens=True)
-            for p, (ids, _) in zip(prompts, outputs, strict=True)
-        )
-        return {"passkey_accuracy": wilson(correct, spec.n_samples)}
+        answers = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        return {"passkey_accuracy": proportion(
+            [str(p.key) in a for p, a in zip(prompts, answers, strict=True)],
+            ids=[sample_id(spec, seed, i) for i in range(len(prompts))], answers=answers,
+        )}

@@ -17,7 +17,8 @@ multiple-choice template ending "Answer: $LETTER". Scoring: math answers compare
 after normalisation (spaces, \\left/\\right, \\dfrac, \\text{}, $ and a trailing period removed; numbers
 compared as numbers): a string check, not a symbolic-equivalence checker (math-verify), so equivalent
 forms written differently count as wrong. GPQA: the letter after the last "Answer:" (or the last boxed
-letter). Metrics: `<task>_pass_at_k`, `<task>_avg_at_k`.
+letter). Metrics: `<task>_pass_at_k`, `<task>_avg_at_k`. Per-sample results are per problem (the
+record's own id where it has one), the answer being the k extracted answers joined by " | ".
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import numpy as np
 
 from freekv_runtime.decode import Sampling
 from freekv_runtime.errors import RuntimeInputError
-from freekv_runtime.stats import Estimate, bootstrap_mean, wilson
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.stats import Estimate, bootstrap_mean, proportion
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, chat_prompt, field, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode, int_param
 
@@ -142,8 +143,17 @@ class _Reasoning:
     def _problem(self, record: dict[str, Any], rng: np.random.Generator) -> tuple[str, str]:
         return MATH_PROMPT.format(problem=field(record, "problem")), str(field(record, "answer"))
 
+    def problem_ids(self, spec: TaskSpec) -> list[str]:
+        """The records' own ids of the problems that run (tasks.base.record_ids)."""
+        records, _ = find_records(self.name, spec.params, self.sources)
+        return record_ids(records[: spec.n_samples])
+
+    def extract(self, text: str) -> str | None:
+        """The answer a generation gives (what `correct` compares)."""
+        return last_boxed(text)
+
     def correct(self, text: str, reference: str) -> bool:
-        return math_equal(last_boxed(text), reference)
+        return math_equal(self.extract(text), reference)
 
     def check(self, spec: TaskSpec) -> None:
         self.problems(spec, 0)
@@ -164,15 +174,16 @@ class _Reasoning:
             prompts += [ids] * k
             seeds += [seed * 1_000_003 + i * k + j for j in range(k)]
         outputs = runner.generate_batch(prompts, n_new, p["sampling"], seeds)
+        texts = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
         hits = np.array(
-            [
-                self.correct(runner.tokenizer.decode(ids, skip_special_tokens=True), problems[n // k][1])
-                for n, (ids, _) in enumerate(outputs)
-            ]
+            [self.correct(text, problems[n // k][1]) for n, text in enumerate(texts)]
         ).reshape(len(problems), k)
+        ids = [sample_id(spec, seed, key) for key in self.problem_ids(spec)]
+        extracted = [self.extract(text) for text in texts]
+        answers = [" | ".join(str(a) for a in extracted[i * k : (i + 1) * k]) for i in range(len(problems))]
         return {
-            f"{self.name}_pass_at_k": wilson(int(hits.any(axis=1).sum()), len(problems)),
-            f"{self.name}_avg_at_k": bootstrap_mean(hits.mean(axis=1), seed),
+            f"{self.name}_pass_at_k": proportion(hits.any(axis=1), ids=ids, answers=answers),
+            f"{self.name}_avg_at_k": bootstrap_mean(hits.mean(axis=1), seed, ids=ids, answers=answers),
         }
 
 
@@ -205,5 +216,8 @@ class GpqaTask(_Reasoning):
         )
         return text, letter
 
+    def extract(self, text: str) -> str | None:
+        return gpqa_letter(text)
+
     def correct(self, text: str, reference: str) -> bool:
-        return gpqa_letter(text) == reference
+        return self.extract(text) == reference

@@ -3,7 +3,8 @@
 Scoring, as NVIDIA/RULER's `scripts/eval/synthetic/constants.py` defines it (there in percent, here as a
 fraction): `string_match_all` is the share of the references that occur in the prediction
 (case-insensitive substring), `string_match_part` is 1 if any reference occurs. Per-sample scores become
-an `Estimate` (Wilson when every sample scored 0 or 1, else a bootstrap over samples).
+an `Estimate` (Wilson when every sample scored 0 or 1, else a bootstrap over samples) carrying each
+sample's id (tasks.base.sample_id), score and prediction.
 
 Prompts are built from token ids so that prompt + decoded tokens = `context_tokens` exactly (equal
 lengths: a task's samples run as one batch). The haystack is the prose of Python's reference
@@ -56,10 +57,14 @@ def string_match_part(prediction: str, references: list[str]) -> float:
     return float(any(r.lower() in pred for r in references))
 
 
-def score_samples(predictions: list[str], references: list[list[str]], metric: str, seed: int) -> Estimate:
-    """Per-sample RULER scores (metric "all" or "part") -> Estimate over samples."""
+def score_samples(
+    predictions: list[str], references: list[list[str]], metric: str, seed: int, ids: list[str] | None = None
+) -> Estimate:
+    """Per-sample RULER scores (metric "all" or "part") -> Estimate over samples; with ids (one per
+    prediction), it carries each sample's id, score and prediction."""
     fn = string_match_all if metric == "all" else string_match_part
-    return estimate([fn(p, r) for p, r in zip(predictions, references, strict=True)], seed)
+    scores = [fn(p, r) for p, r in zip(predictions, references, strict=True)]
+    return estimate(scores, seed, ids=ids, answers=predictions if ids is not None else None)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

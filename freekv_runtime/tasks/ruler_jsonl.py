@@ -7,7 +7,8 @@ that length); a longer one is an error, never silently cut (a cut could drop the
 Scoring: RULER's `string_match_part` for its QA tasks, `string_match_all` for every other task; the
 task is `params.ruler_task` or, by default, the data file's name or its directory's name (RULER writes
 `<task>/validation.jsonl`). Params: `data` (required: RULER data is generated per tokenizer, it is not
-on the HF hub), `ruler_task`. Metric: `ruler_score` (fraction; RULER reports it in percent).
+on the HF hub), `ruler_task`. Metric: `ruler_score` (fraction; RULER reports it in percent). Sample ids
+carry the record's `index` (tasks.base.record_ids).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode, score_samples
 
@@ -92,4 +93,5 @@ class RulerJsonlTask:
         outputs = runner.generate_batch(prompts, n_new)
         preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
         refs = [[str(o) for o in r["outputs"]] for r in records]
-        return {"ruler_score": score_samples(preds, refs, ruler_metric(task), seed)}
+        ids = [sample_id(spec, seed, key) for key in record_ids(records)]
+        return {"ruler_score": score_samples(preds, refs, ruler_metric(task), seed, ids)}

@@ -21,7 +21,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     HAYSTACKS,
     check_params,
@@ -118,4 +118,5 @@ class VariableTrackingTask:
             [ids for ids, _ in samples], spec.decode_tokens or self.default_decode_tokens
         )
         preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
-        return {"vt_score": score_samples(preds, [answer for _, answer in samples], "all", seed)}
+        ids = [sample_id(spec, seed, i) for i in range(len(samples))]
+        return {"vt_score": score_samples(preds, [answer for _, answer in samples], "all", seed, ids)}

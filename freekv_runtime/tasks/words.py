@@ -29,7 +29,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
-from freekv_runtime.tasks.base import SequenceRunner, TaskSpec
+from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     check_params,
     encode,
@@ -119,7 +119,8 @@ class _Words:
             [ids for ids, _ in samples], spec.decode_tokens or self.default_decode_tokens
         )
         preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
-        return {self.metric: score_samples(preds, [a for _, a in samples], "all", seed)}
+        ids = [sample_id(spec, seed, i) for i in range(len(samples))]
+        return {self.metric: score_samples(preds, [a for _, a in samples], "all", seed, ids)}
 
 
 class CommonWordsTask(_Words):

@@ -20,13 +20,14 @@ def test_dense_fidelity_is_recorded_as_exact_without_a_model_run(tmp_path: Path)
     data.pop("constraints", None)
     study = study_from_dict(data)
     t0 = time.perf_counter()
-    accuracy, trace_dirs, summary, intervals = measure(study, None, tmp_path)
+    m = measure(study, None, tmp_path)
     assert time.perf_counter() - t0 < 5  # no model loaded, nothing run
-    assert accuracy == DENSE_FIDELITY and trace_dirs == {}
-    assert {k: (v["low"], v["high"], v["method"]) for k, v in intervals.items()} == {
+    assert m.accuracy == DENSE_FIDELITY and m.trace_dirs == {}
+    assert {k: (v["low"], v["high"], v["method"]) for k, v in m.intervals.items()} == {
         k: (v, v, "exact") for k, v in DENSE_FIDELITY.items()
     }
-    assert summary["accuracy_exact"] == dict.fromkeys(DENSE_FIDELITY, EXACT_LABEL)
+    assert m.summary["accuracy_exact"] == dict.fromkeys(DENSE_FIDELITY, EXACT_LABEL)
+    assert m.samples == {}  # exact by definition: no prompt was run, so there are no per-prompt results
     assert not any(tmp_path.iterdir())  # no trace written
 
 

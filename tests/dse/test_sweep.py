@@ -74,6 +74,11 @@ def test_every_trial_is_measured_and_simulated(tiny_sweep: tuple[Path, str]) -> 
         assert t.values == (t.accuracy["passkey_accuracy"], sim["per_token_latency_s"]["mean"])
         bound = 0.9 * res.dense.accuracy["passkey_accuracy"]
         assert t.feasible == (t.accuracy["passkey_accuracy"] >= bound)
+        # per-prompt results: the same prompt ids as dense attention's, their mean the trial's accuracy
+        samples, metric = t.accuracy_samples["passkey_accuracy"], "passkey_accuracy"
+        assert [s["id"] for s in samples] == [s["id"] for s in res.dense.accuracy_samples[metric]]
+        assert sum(s["score"] for s in samples) / len(samples) == pytest.approx(t.accuracy[metric])
+        assert "accuracy_samples" not in t.trace_summary and "samples" not in t.accuracy_ci[metric]
     row = res.rows()[0]
     assert row["latency_s/a100-40g-pcie4"] > 0 and row["fits/a100-40g-pcie4"] is True
     assert res.pareto() or not any(t.feasible for t in res.completed)
@@ -97,3 +102,13 @@ def test_rerun_resumes_without_repeating(tiny_sweep: tuple[Path, str], capsys: p
     assert "3/3 trials finished" in capsys.readouterr().err
     after = load_results(url).trials
     assert [(t.number, t.state, t.values) for t in after] == [(t.number, t.state, t.values) for t in before]
+
+
+def test_compare_a_trial_with_dense_attention(tiny_sweep: tuple[Path, str], capsys: pytest.CaptureFixture
+                                              ) -> None:
+    path, url = tiny_sweep
+    number = load_results(url).completed[0].number
+    assert main(["compare", f"{url}:trial:{number}", f"{url}:dense", "--floor", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "passkey_accuracy: 1 paired prompt\n" in out and "floor 0.9 x B: undecided (n=1)" in out
+    assert "passkey/128/seed0/0" in out or "agree on every paired prompt" in out

@@ -13,6 +13,7 @@ from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.policies import make_policy
 from freekv_runtime.tasks import TaskSpec
+from freekv_runtime.tasks.base import sample_id
 from freekv_runtime.tasks.text import reference_prose
 from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import load_model
@@ -94,3 +95,24 @@ def test_freekv_with_full_budget_matches_full_attention_on_the_real_model() -> N
         logits[method] = runner.teacher_forced(prompt, forced).logits  # (12, V)
     torch.testing.assert_close(logits["freekv"], logits["dense"], atol=1e-4, rtol=1e-4)
     assert (logits["freekv"].argmax(-1) == logits["dense"].argmax(-1)).all()
+
+
+def test_summary_keeps_per_prompt_results_with_the_same_ids_under_every_policy(tmp_path) -> None:
+    """summary.json's accuracy_samples: one {id, score, answer} per prompt, their mean the metric's value,
+    ids equal under dense attention and a sparse policy (what `dse compare` pairs by)."""
+    task = TaskSpec("passkey", context_tokens=160, n_samples=3, decode_tokens=3)
+    sparse = RuntimeConfig(method="streamingllm", page_size=16, budget_tokens=48, sink_tokens=16,
+                           window_tokens=16)
+    runs = {}
+    for name, runtime in (("dense", FULL), ("sparse", sparse)):
+        outcome = run_trace(TraceRequest(task=task, runtime=runtime, out_dir=tmp_path / name, device="cpu"))
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        samples = summary["accuracy_samples"]["passkey_accuracy"]
+        assert len(samples) == 3 and set(samples[0]) == {"id", "score", "answer"}
+        assert sum(s["score"] for s in samples) / 3 == pytest.approx(summary["accuracy"]["passkey_accuracy"])
+        assert "samples" not in summary["accuracy_ci"]["passkey_accuracy"]  # stored once, in accuracy_samples
+        assert [s.to_dict() for s in outcome.intervals["passkey_accuracy"].samples] == samples
+        runs[name] = samples
+    assert [s["id"] for s in runs["dense"]] == [s["id"] for s in runs["sparse"]] == [
+        sample_id(task, 0, i) for i in range(3)
+    ]

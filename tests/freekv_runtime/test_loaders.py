@@ -217,3 +217,9 @@ def test_loader_runs_on_the_real_model(runner, name, tmp_path) -> None:
     for metric, e in scores.items():
         assert 0.0 <= e.value <= 1.0, metric
         assert e.n >= 1
+        ids = [s.id for s in e.samples]  # one per record (per problem for the k-sample tasks)
+        assert len(ids) == e.n and len(set(ids)) == e.n and all(i.startswith(f"{name}/400/") for i in ids)
+        assert sum(s.score for s in e.samples) / e.n == pytest.approx(e.value), metric
+    own = {"longbench_v2": "x", "ruler_jsonl": "0", "math500": "a", "aime24": "2024-I-1", "gpqa": "0"}
+    if name in own:  # the record's own id where it has one
+        assert next(iter(scores.values())).samples[0].id.endswith(f"/seed0/{own[name]}")

@@ -82,6 +82,8 @@ def test_run_trace_records_random_weights_and_withholds_accuracy(tmp_path) -> No
     assert summary["accuracy"] == {"passkey_accuracy": None}
     assert summary["accuracy_note"].startswith("meaningless: random weights (seed 7)")
     assert set(summary["accuracy_random_weights"]) == {"passkey_accuracy"}
+    assert summary["accuracy_samples"] == {}  # withheld like the values ...
+    assert len(summary["accuracy_samples_random_weights"]["passkey_accuracy"]) == 1  # ... kept for debugging
     meta = open_trace(outcome.trace_dir).meta
     assert meta.extra["random_weights"] == 7 and meta.extra["layers"] == 2
     assert meta.extra["registry_layers"] == 30 and meta.model.n_layers == 2 and meta.seeds["weights"] == 7

@@ -13,6 +13,7 @@ from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks import TaskSpec, get_task
+from freekv_runtime.tasks.base import sample_id
 from freekv_runtime.tasks.longgen import first_divergence
 from freekv_runtime.tasks.ruler_common import score_samples, string_match_all, string_match_part
 from freekv_runtime.tasks.words import zeta
@@ -98,6 +99,8 @@ def test_ruler_scoring() -> None:
     e = score_samples(["a b", "b", "c"], [["a", "x"], ["b"], ["x"]], "all", seed=0)
     assert e.value == pytest.approx(0.5) and e.method == "bootstrap"
     assert score_samples(["a", "b"], [["a"], ["x"]], "all", 0).method == "wilson"
+    e = score_samples(["a b", "b"], [["a", "x"], ["b"]], "all", 0, ids=["t/0", "t/1"])
+    assert [(s.id, s.score, s.answer) for s in e.samples] == [("t/0", 0.5, "a b"), ("t/1", 1.0, "b")]
 
 
 @pytest.mark.parametrize(
@@ -132,4 +135,8 @@ def test_longgen_of_dense_attention_against_itself(loaded, tmp_path, monkeypatch
     assert scores["longgen_agreement"].value == 1.0
     assert scores["longgen_divergence_step"].value == 6.0
     assert scores["longgen_kl"].value < 1e-6 and scores["longgen_kl"].n == 2
+    for e in scores.values():  # every metric: one result per prompt, the same ids, the generation as answer
+        assert [s.id for s in e.samples] == [sample_id(spec, 0, i) for i in range(2)]
+    assert [s.score for s in scores["longgen_divergence_step"].samples] == [6.0, 6.0]
+    assert scores["longgen_agreement"].samples[0].answer
     assert len(list((tmp_path / "dense_generations").glob("*.json"))) == 2

@@ -7,9 +7,13 @@ import math
 import pytest
 
 from freekv_runtime.stats import (
+    ANSWER_CHARS,
     Estimate,
+    SampleScore,
     bootstrap_mean,
     estimate,
+    proportion,
+    sample_scores,
     samples_needed_means,
     samples_needed_proportions,
     wilson,
@@ -56,3 +60,29 @@ def test_samples_needed() -> None:
     # difference of one sd: 2 * (1.96 + 0.84)^2 = 15.7 -> 16
     assert samples_needed_means(0.3, 0.3) == 16
     assert samples_needed_means(0.0, 1.0) == math.inf
+
+
+def test_estimate_with_samples_round_trips_and_omits_empty_samples() -> None:
+    e = bootstrap_mean([0.25, 0.5, float("nan")], ids=["t/0", "t/1", "t/2"], answers=["a", "b" * 500, "c"])
+    assert [s.id for s in e.samples] == ["t/0", "t/1", "t/2"] and e.n == 2  # NaN kept as a sample, not in n
+    assert len(e.samples[1].answer) == ANSWER_CHARS
+    d = e.to_dict()
+    assert d["samples"][0] == {"id": "t/0", "score": 0.25, "answer": "a"} and d["samples"][2]["score"] is None
+    back = Estimate.from_dict(d)
+    assert back.samples[:2] == e.samples[:2] and math.isnan(back.samples[2].score)
+    assert (back.value, back.low, back.high, back.n) == (e.value, e.low, e.high, e.n)
+    assert "samples" not in e.to_dict(with_samples=False)
+    assert "samples" not in bootstrap_mean([0.2, 0.4]).to_dict()  # none recorded: no key at all
+    assert Estimate.from_dict({"value": 0.5, "n": 2, "method": "wilson"}).samples == ()  # an old dict
+
+
+def test_proportion_and_estimate_carry_zero_one_samples() -> None:
+    p = proportion([True, False, True], ids=["a", "b", "c"], answers=["x", "y", "z"])
+    w = wilson(2, 3)
+    assert (p.value, p.low, p.high, p.n, p.method) == (w.value, w.low, w.high, w.n, "wilson")
+    assert [s.score for s in p.samples] == [1.0, 0.0, 1.0]
+    e = estimate([1.0, 0.5], ids=["a", "b"])
+    assert e.method == "bootstrap" and [s.answer for s in e.samples] == ["", ""]
+    assert sample_scores(["a"], [1.0], ["x"]) == (SampleScore("a", 1.0, "x"),)
+    with pytest.raises(ValueError, match="one each per sample"):
+        estimate([1.0, 0.0], ids=["a"])

@@ -12,6 +12,7 @@ from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.tasks import TASKS, TaskSpec, get_task
+from freekv_runtime.tasks.base import record_ids, sample_id
 from freekv_runtime.tasks.fidelity import kl_divergence_nats, top1_agreement
 from freekv_runtime.tasks.passkey import NEEDLE, PasskeyTask
 from freekv_runtime.tasks.text import reference_prose, split_sentences
@@ -89,6 +90,20 @@ def test_task_spec_validation() -> None:
         TaskSpec(context_tokens=10)
 
 
+def test_sample_ids_name_the_prompt_not_the_configuration() -> None:
+    plain = TaskSpec("passkey", context_tokens=2048, n_samples=4)
+    assert sample_id(plain, 0, 3) == "passkey/2048/seed0/3"
+    shaped = TaskSpec("passkey", context_tokens=2048, n_samples=9, params={"filler": "natural"})
+    assert sample_id(shaped, 1, 3) == sample_id(TaskSpec(**{**shaped.to_dict(), "n_samples": 2}), 1, 3)
+    shaped_id = sample_id(shaped, 1, 3)
+    assert shaped_id.startswith("passkey/2048/") and shaped_id.endswith("/seed1/3")
+    assert len({sample_id(plain, 0, 3), sample_id(shaped, 0, 3),
+                sample_id(TaskSpec("passkey", context_tokens=2048, decode_tokens=8), 0, 3)}) == 3
+    assert record_ids([{"_id": "x"}, {"_id": "y"}]) == ["x", "y"]
+    assert record_ids([{"q": 1}, {"q": 2}]) == ["0", "1"]
+    assert record_ids([{"index": 0}, {"index": 0}, {"q": 1}]) == ["0#0", "0#1", "#2"]
+
+
 def test_reference_prose_is_plain_sentences() -> None:
     prose = reference_prose()
     assert len(prose) > 100_000
@@ -119,6 +134,11 @@ def test_fidelity_of_dense_attention_is_perfect(full_runner, tmp_path, monkeypat
     assert metrics["top1_agreement"].value == 1.0 and metrics["top1_agreement"].n == 2
     assert metrics["mean_kl"].value < 1e-9 and metrics["mean_kl"].method == "bootstrap"
     assert math.isnan(metrics["attention_mass"].value)  # this runner's full policy does not measure it
+    assert metrics["attention_mass"].samples == ()  # ... so it has no per-window results either
+    samples = metrics["mean_kl"].samples
+    assert [s.id for s in samples] == [sample_id(spec, 0, i) for i in range(2)]
+    assert [s.id for s in metrics["top1_agreement"].samples] == [s.id for s in samples]
+    assert all(s.score < 1e-9 and s.answer for s in samples)  # the decoded argmax tokens
     assert len(list((tmp_path / "dense_logits").glob("*.pt"))) == 2
 
 
@@ -127,6 +147,8 @@ def test_passkey_full_kv_2k_answers(full_runner) -> None:
     spec = TaskSpec("passkey", context_tokens=2048, n_samples=2)
     result = PasskeyTask().run(spec, full_runner, seed=0)["passkey_accuracy"]
     assert (result.value, result.method, result.n) == (1.0, "wilson", 2)
+    assert [(s.id, s.score) for s in result.samples] == [(f"passkey/2048/seed0/{i}", 1.0) for i in (0, 1)]
+    assert all(s.answer for s in result.samples)
 
 
 @pytest.mark.slow
