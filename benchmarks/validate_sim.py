@@ -1,6 +1,7 @@
 """Check the simulator against the efficiency results the peer systems published about themselves.
 
     PYTHONPATH=. python benchmarks/validate_sim.py [--mode as-published|ideal|both] [--only PREFIX]
+    PYTHONPATH=. python benchmarks/validate_sim.py --write-bands [PATH]
 
 Each row: the source (paper, table/figure), the setup (model, GPU, context, batch, method and baseline),
 the published value, the simulator's prediction and predicted / published; then the share of rows within
@@ -14,7 +15,13 @@ against published results", says which rows are off and why.
 Demand: the methods' own selection demand is not measured yet, so rows whose cost depends on it use a
 stated synthetic demand taken from the same paper (never fitted): ShadowKV's 60% cut of fetched data by
 its chunk cache (hit 0.6), ArkVale's average page recalls per decoding step (its Fig. 4b).
-Runs in a few seconds from a fresh clone.
+Runs in about half a minute on a 2-core machine from a fresh clone.
+
+--write-bands: every row in both modes, and the FreeKV held-out check (benchmarks/heldout_freekv.py, all
+of its settings; about as long again), written to sim/validation/bands.yaml (or PATH): each row's ratio
+by mode and, per simulated method (Row.method) and mode, the tallies `sim.validation_bands.band` reads.
+tests/sim/test_validation_bands.py fails when the checked-in file no longer matches the rows: run this
+after changing a row or the simulator.
 """
 
 from __future__ import annotations
@@ -29,9 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_sim_published import SHADOWKV_INFINITE_BATCH, SHADOWKV_PUBLISHED  # noqa: E402
 from validate_sim_rows import Row, all_rows, authors_infinite_batch  # noqa: E402
 
+from sim.validation_bands import BANDS, BANDS_FILE, build_document, dump_document  # noqa: E402
+
 __all__ = [
     "BANDS",
     "MODES",
+    "band_records",
+    "bands_document",
+    "heldout_records",
     "Row",
     "all_rows",
     "authors_infinite_batch",
@@ -43,7 +55,6 @@ __all__ = [
 ]
 
 MODES = ("as-published", "ideal")
-BANDS = (1.2, 1.6, 2.0)
 # the published tables under the names this script has always had (tests/sim/test_validate_sim.py)
 _SHADOWKV_PUBLISHED = SHADOWKV_PUBLISHED
 _SHADOWKV_INFINITE_BATCH = SHADOWKV_INFINITE_BATCH
@@ -95,11 +106,58 @@ def print_infinite_batch_check() -> None:
     )
 
 
+def band_records(results: list[dict]) -> list[dict]:
+    """Row records of the bands file: key, simulated method, measured, source, ratio by mode."""
+    return [
+        {
+            "key": r["row"].key,
+            "method": r["row"].method,
+            "measured": r["row"].measured,
+            "source": r["row"].source,
+            "ratio": {mode: r[mode][1] for mode in MODES},
+        }
+        for r in results
+    ]
+
+
+def heldout_records() -> dict:
+    """The FreeKV held-out check in both modes over all its settings (benchmarks/heldout_freekv.py)."""
+    import heldout_freekv as ho
+
+    out: dict = {"source": ho.SOURCE}
+    for mode in MODES:
+        top = ho.max_speedup(ho.table(ho.FULL_MODELS, ho.FULL_BATCHES, mode))
+        out[mode] = {
+            "predicted": top["speedup"],
+            "published": top["published"],
+            "ratio": top["ratio"],
+            "peer": top["peer"],
+            "setting": f"{top['model']}, {top['scenario']}, batch {top['batch']}",
+        }
+    return {"freekv": out}
+
+
+def bands_document(results: list[dict] | None = None) -> dict:
+    """The content of sim/validation/bands.yaml: every row in both modes (or `results` of them) and the
+    held-out check."""
+    if results is None:
+        results = evaluate(all_rows(), MODES)
+    return build_document(band_records(results), heldout_records())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
     parser.add_argument("--only", default="", help="run only rows whose key starts with this")
+    parser.add_argument(
+        "--write-bands", nargs="?", const=str(BANDS_FILE), default=None, metavar="PATH",
+        help="also write the validation bands (all rows, both modes, the held-out check) to PATH "
+        "(default sim/validation/bands.yaml)",
+    )
     args = parser.parse_args(argv)
+    if args.write_bands is not None and (args.only or args.mode != "both"):
+        print("--write-bands needs every row in both modes: leave out --only and --mode", file=sys.stderr)
+        return 2
     modes = MODES if args.mode == "both" else (args.mode,)
     rows = [r for r in all_rows() if r.key.startswith(args.only)]
     if not rows:
@@ -124,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             t = tallies(group, mode)
             bands = ", ".join(f"within {b}x: {t[b]}/{n} ({100 * t[b] / n:.0f}%)" for b in BANDS)
             print(f"{mode:>14}: {bands}")
+    if args.write_bands is not None:
+        Path(args.write_bands).write_text(dump_document(bands_document(results)), encoding="utf-8")
+        print(f"\nvalidation bands written to {args.write_bands}")
     return 0
 
 

@@ -47,6 +47,9 @@ class Row:
     # one of the target rows (the first validation's 19: its 80% target counts these); False: added since
     named: bool = True
     measured: bool = True  # False: the authors' own projection, not a measurement (tallied apart)
+    # the simulated method whose prediction the row checks (a speedup over full attention: the sparse
+    # method; full attention's own throughput: "dense"); sim/validation_bands.py tallies rows by it
+    method: str = ""
 
 
 @functools.cache
@@ -123,6 +126,7 @@ def _shadowkv_cell_rows(model: str, ctx_k: int, published: tuple[float, float, f
             full,
             lambda mode, m=model, c=ctx_k, b=b_full: _throughput(_shadowkv_cfg(m, c, "dense", b, mode)),
             named=named,
+            method="dense",
         ),
         Row(
             f"shadowkv/{model}/{ctx_k}k/shadowkv",
@@ -135,6 +139,7 @@ def _shadowkv_cell_rows(model: str, ctx_k: int, published: tuple[float, float, f
             ),
             f"synthetic demand {_SHADOWKV_DEMAND} (the paper: its cache cuts fetched data by 60%)",
             named=named,
+            method="shadowkv",
         ),
         Row(
             f"shadowkv/{model}/{ctx_k}k/full-at-{b_sk}",
@@ -149,6 +154,7 @@ def _shadowkv_cell_rows(model: str, ctx_k: int, published: tuple[float, float, f
             "raised" + ("; same value for both Llama-3 models)" if named else ")"),
             named=named,
             measured=False,
+            method="dense",
         ),
     ]
 
@@ -202,6 +208,7 @@ def _quest_rows() -> list[Row]:
             "x",
             QUEST_SELF_ATTENTION_SPEEDUP,
             _quest_self_attention_speedup,
+            method="quest",
         ),
         Row(
             "quest/e2e/32k/fp16",
@@ -211,6 +218,7 @@ def _quest_rows() -> list[Row]:
             "x",
             QUEST_E2E_SPEEDUP,
             _quest_e2e_speedup,
+            method="quest",
         ),
     ]
 
@@ -261,6 +269,7 @@ def _arkvale_rows() -> list[Row]:
             ARKVALE_MAX_SPEEDUP,
             lambda mode: max(_arkvale_speedups(mode)),
             note,
+            method="arkvale",
         ),
         Row(
             "arkvale/latency/mean",
@@ -270,6 +279,7 @@ def _arkvale_rows() -> list[Row]:
             ARKVALE_MEAN_SPEEDUP,
             lambda mode: float(np.mean(_arkvale_speedups(mode))),
             note,
+            method="arkvale",
         ),
     ]
 

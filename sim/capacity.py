@@ -19,7 +19,17 @@
      step (batch 1 when nothing passes), grouped: GPU kernels (categories compute, select, other, sync) ->
      "compute"; recalls and offloads (categories recall, offload: link transfers with their per-copy
      issue cost) -> "host link"; host-side issue and syncs (`<op>.host`, category host, idle) ->
-     "host/software".
+     "host/software";
+  4. a binding host link says which part of its transfers' time dominates: "host link (bandwidth)" or
+     "host link (per-copy cost)". Each transfer op's seconds on the critical path (its breakdown entry)
+     are split in the proportion of its copies' bandwidth and per-copy seconds at that batch
+     (`SimResult.transfer_parts_s`, sim.engine.transfer_parts_s: per copy, the larger of its copy-engine
+     time and its issue interval; the bytes' wire time at the effective bandwidth is "bandwidth", the
+     copy engine's `link.dma_latency_s` or the longer issue interval (`link.copy_issue_s` over the
+     issuing threads) "per-copy cost"); the larger sum over the group's transfer ops names the part
+     (ties: bandwidth). The share printed stays the whole group's. Non-transfer ops of the group (GPU
+     kernels and host work in the recall/offload categories) count in the share but not in the split;
+     a group with no transfer time stays "host link".
 """
 
 from __future__ import annotations
@@ -50,10 +60,14 @@ __all__ = [
     "memory_at",
     "evaluate_batch",
     "binding",
+    "host_link_part",
     "FULL_STEPS_MAX",
     "WINDOWS",
     "WINDOW_STEPS",
     "CATEGORY_GROUP",
+    "HOST_LINK",
+    "HOST_LINK_BANDWIDTH",
+    "HOST_LINK_PER_COPY",
 ]
 
 FULL_STEPS_MAX = 1024  # outputs up to this many tokens are simulated step by step
@@ -72,6 +86,9 @@ CATEGORY_GROUP = {
     "offload": "host link",
     "host": "host/software",
 }
+HOST_LINK = "host link"
+HOST_LINK_BANDWIDTH = "host link (bandwidth)"
+HOST_LINK_PER_COPY = "host link (per-copy cost)"
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,8 @@ class BatchPoint:
     breakdown_s: dict[str, float]
     categories: dict[str, str]
     oom: bool
+    # transfer op -> (bandwidth, per-copy) seconds per step (SimResult.transfer_parts_s over the windows)
+    transfer_parts_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -190,6 +209,7 @@ def evaluate_batch(
         return BatchPoint(batch, float("nan"), float("nan"), float("nan"), mem, {}, {}, True)
     sampling = sampling or StepSampling.for_output(cfg.output_tokens)
     lat, breakdown, categories, prefill = [], {}, {}, float("nan")
+    parts: dict[str, tuple[float, float]] = {}
     # memory was checked above at the final context; a window (a later prompt, fewer steps) must not be
     # refused for its own prefill transient (sim.memory), so its capacities are lifted
     unbounded = {**cfg.hardware_overrides, **UNBOUNDED_MEMORY}
@@ -206,8 +226,12 @@ def evaluate_batch(
         for op, v in res.breakdown_s.items():
             breakdown[op] = breakdown.get(op, 0.0) + v * n
         categories.update(res.categories)
+        for op, (bw, per_copy) in res.transfer_parts_s.items():
+            was = parts.get(op, (0.0, 0.0))
+            parts[op] = (was[0] + bw, was[1] + per_copy)
     steps = np.concatenate(lat)
     breakdown = {op: v / len(steps) for op, v in breakdown.items()}
+    parts = {op: (bw / len(steps), per_copy / len(steps)) for op, (bw, per_copy) in parts.items()}
     return BatchPoint(
         batch,
         float(steps.mean()),
@@ -217,6 +241,7 @@ def evaluate_batch(
         breakdown,
         categories,
         False,
+        parts,
     )
 
 
@@ -270,11 +295,32 @@ def binding(answer_batch: int, mem: MemoryFit, over: BatchPoint | None) -> str:
         return "SLO"
     groups: dict[str, float] = {}
     for op, v in over.breakdown_s.items():
-        cat = "host" if op.endswith(".host") or op == "idle" else over.categories.get(op, "compute")
-        group = CATEGORY_GROUP.get(cat, "compute")
+        group = _group(op, over)
         groups[group] = groups.get(group, 0.0) + v
     top = max(groups, key=lambda g: groups[g])
-    return f"SLO ({top} {groups[top] / sum(groups.values()):.0%})"
+    label = host_link_part(over) if top == HOST_LINK else top
+    return f"SLO ({label} {groups[top] / sum(groups.values()):.0%})"
+
+
+def _group(op: str, point: BatchPoint) -> str:
+    cat = "host" if op.endswith(".host") or op == "idle" else point.categories.get(op, "compute")
+    return CATEGORY_GROUP.get(cat, "compute")
+
+
+def host_link_part(point: BatchPoint) -> str:
+    """Which part of the host link's transfers dominates at `point` (rule 4 of the module docstring):
+    HOST_LINK_BANDWIDTH, HOST_LINK_PER_COPY, or HOST_LINK when its transfers have no time to split."""
+    bandwidth = per_copy = 0.0
+    for op, v in point.breakdown_s.items():
+        if op not in point.transfer_parts_s or _group(op, point) != HOST_LINK:
+            continue
+        bw, pc = point.transfer_parts_s[op]
+        if bw + pc > 0.0:
+            bandwidth += v * bw / (bw + pc)
+            per_copy += v * pc / (bw + pc)
+    if bandwidth + per_copy <= 0.0:
+        return HOST_LINK
+    return HOST_LINK_BANDWIDTH if bandwidth >= per_copy else HOST_LINK_PER_COPY
 
 
 def capacity(

@@ -30,7 +30,7 @@ from sim.software import SoftwareProfile, load_software
 from traces.models import ModelSpec, UnknownModelError, get_model
 
 __all__ = ["run_simulation", "prepare", "durations_of", "Prepared", "engine_sync_s", "check_replay",
-           "method_transplant", "own_demand_methods"]
+           "method_transplant", "own_demand_methods", "transfer_parts_s"]
 
 EngineName = Literal["aggregated", "simpy"]
 
@@ -163,6 +163,7 @@ def run_simulation(
     latency = np.diff(np.concatenate([[0.0], ends]))
     breakdown, categories = _breakdown(template, busy, stall, len(ends))
     link_bytes = _link_bytes(prep)
+    transfer_parts = transfer_parts_s(prep.work, ctx.profile.link.dma_latency_s)
     prefill = prep.method.prefill(ctx)
     notes = _demand_notes(prep, demand)
 
@@ -178,6 +179,7 @@ def run_simulation(
         categories=categories,
         link_bytes=link_bytes,
         link_busy_s=dict(link_busy),
+        transfer_parts_s=transfer_parts,
         notes=tuple(notes),
         _events=events,
         _replay=replay,
@@ -231,6 +233,29 @@ def _link_bytes(prep: Prepared) -> dict[str, float]:
             )
             link_bytes[item.direction] += float((np.asarray(item.n_copies) * per_copy).sum())
     return link_bytes
+
+
+def transfer_parts_s(work: dict[str, Work], dma_latency_s: float) -> dict[str, tuple[float, float]]:
+    """Transfer op -> (bandwidth seconds, per-copy seconds), summed over every (step, layer) of `work`.
+
+    Each copy of a transfer costs its pipeline, in steady state, the larger of its copy-engine time
+    (`copy_s` = `dma_latency_s` + its bytes' wire time at the link's effective bandwidth and run
+    efficiency) and its issue interval (`issue_s` over the issuing threads: `issue_threads` for a pool,
+    1 for the main thread; sim/transfer_forms.py). Of that cycle, the bytes' wire time
+    (`copy_s - dma_latency_s`, the link clock's charge in sim/copy_engines.py) is "bandwidth"; the rest
+    (the engine's per-copy latency, or the issue interval where it is longer than the copy) is "per-copy".
+    Staging conversions (GPU kernels) are in neither part."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, item in work.items():
+        if not isinstance(item, Transfer):
+            continue
+        n = np.asarray(item.n_copies, dtype=np.float64)
+        e = np.broadcast_to(np.asarray(item.copy_s, dtype=np.float64), n.shape)
+        threads = 1 if item.issuer == "host" else item.issue_threads
+        wire = np.maximum(e - dma_latency_s, 0.0)
+        cycle = np.maximum(e, item.issue_s / threads)
+        out[name] = (float((n * wire).sum()), float((n * (cycle - wire)).sum()))
+    return out
 
 
 def _identity(prep: Prepared, demand: Demand | None, mem: MemoryFit, engine: str) -> dict:

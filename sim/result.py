@@ -59,6 +59,9 @@ class SimResult:
     synthetic: str | None
     engine: str
     transplanted_method: str | None = None  # the trace's policy when another method's model priced it
+    # Transfer op -> (bandwidth seconds, per-copy seconds) of its copies over the whole run, each copy's
+    # pipeline cycle split into its bytes' wire time and the rest (sim.engine.transfer_parts_s)
+    transfer_parts_s: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     oom: bool = False
     _events: list[Event] = field(default_factory=list, repr=False)

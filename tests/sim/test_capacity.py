@@ -16,6 +16,7 @@ from sim.capacity import (
     evaluate_batch,
     largest_batch,
     memory_at,
+    profile_of,
 )
 
 MODEL = "llama-3.1-8b"
@@ -137,9 +138,42 @@ def test_binding_rule_names_the_group_with_the_largest_share() -> None:
         {"ffn": "compute", "recall_sync": "recall", "qkv": "compute"},
         False,
     )
-    assert binding(4, mem, over).startswith("SLO (host link")
+    assert binding(4, mem, over) == "SLO (host link 62%)"  # no transfer time to split: unqualified
     assert binding(mem.max_batch, mem, over) == "GPU memory"
     assert np.isfinite(over.tokens_per_s)
+
+
+def _over_with_parts(parts: dict[str, tuple[float, float]]):
+    from sim.capacity import BatchPoint
+
+    cfg = SimConfig(model=MODEL, hardware="h100-pcie5", method="dense", input_tokens=1000, output_tokens=8)
+    mem = memory_at(cfg)
+    return mem, BatchPoint(
+        5,
+        0.1,
+        0.1,
+        1.0,
+        mem,
+        {"ffn": 0.01, "recall_sync": 0.03, "offload": 0.02, "prep": 0.01, "recall_sync.host": 0.01},
+        {"ffn": "compute", "recall_sync": "recall", "offload": "offload", "prep": "offload"},
+        False,
+        parts,
+    )
+
+
+def test_binding_host_link_names_the_dominant_part_of_its_transfers() -> None:
+    from sim.capacity import HOST_LINK_BANDWIDTH, HOST_LINK_PER_COPY, host_link_part
+
+    # recall_sync 0.03 s: 3/4 per-copy; offload 0.02 s: all bandwidth -> bandwidth 0.0275, per-copy 0.0225
+    mem, over = _over_with_parts({"recall_sync": (1.0, 3.0), "offload": (2.0, 0.0)})
+    assert host_link_part(over) == HOST_LINK_BANDWIDTH
+    # the share is the whole group's: recall_sync + offload + prep (a kernel in the offload category)
+    assert binding(4, mem, over) == f"SLO ({HOST_LINK_BANDWIDTH} 75%)"
+    mem, over = _over_with_parts({"recall_sync": (1.0, 9.0), "offload": (1.0, 1.0)})
+    assert binding(4, mem, over) == f"SLO ({HOST_LINK_PER_COPY} 75%)"
+    # a kernel in the group and the host-side issue (`.host`, host/software) never vote
+    mem, over = _over_with_parts({"recall_sync.host": (0.0, 1.0), "prep": (0.0, 1.0), "offload": (1.0, 0.0)})
+    assert host_link_part(over) == HOST_LINK_BANDWIDTH
 
 
 def test_nothing_fits_gives_batch_zero_bound_by_gpu_memory() -> None:
@@ -149,3 +183,39 @@ def test_nothing_fits_gives_batch_zero_bound_by_gpu_memory() -> None:
     ans = capacity(cfg, None, slo_s=1.0)
     assert ans.batch == 0 and ans.point is None and ans.max_batch_memory == 0
     assert ans.binds == "GPU memory" and ans.to_dict()["tokens_per_s"] is None
+
+
+def test_transfer_parts_split_each_copy_cycle_into_wire_and_per_copy_time() -> None:
+    from sim.engine import transfer_parts_s
+    from sim.methods.base import Kernel, Transfer
+
+    n = np.array([[10, 0], [4, 2]])
+    engine_bound = Transfer("h2d", n, copy_s=5e-6, bytes_per_copy=1024, issue_s=4e-6, issue_threads=4)
+    issue_bound = Transfer("d2h", n, copy_s=3e-6, bytes_per_copy=64, issue_s=4e-6, issue_threads=1,
+                           issuer="host")
+    parts = transfer_parts_s({"a": engine_bound, "b": issue_bound, "k": Kernel(np.ones((2, 2)))}, 2e-6)
+    assert set(parts) == {"a", "b"}
+    assert parts["a"] == pytest.approx((16 * 3e-6, 16 * 2e-6))  # cycle: the copy engine's 5 us
+    assert parts["b"] == pytest.approx((16 * 1e-6, 16 * 3e-6))  # cycle: the 4 us issue on one thread
+
+
+def test_binding_host_link_split_matches_which_what_if_helps() -> None:
+    """InfiniGen's prefetch moves whole tokens' KV in large copies: bandwidth; ArkVale recalls pages one
+    copy each: per-copy cost. Moving the named part by 20% moves the answer more than the other part."""
+    demand = synthetic_demand("correction=0.5,hit=0.8", model=MODEL, seed=0)
+    base = SimConfig(model=MODEL, hardware="h100-pcie5", input_tokens=16384, output_tokens=32,
+                     implementation="ideal")
+    link = profile_of(base).link
+    link_bw = {"link.h2d_effective_gbps": link.h2d_effective_gbps * 1.2,
+               "link.d2h_effective_gbps": link.d2h_effective_gbps * 1.2}
+    link_pc = {"link.dma_latency_s": link.dma_latency_s / 1.2, "link.copy_issue_s": link.copy_issue_s / 1.2}
+    for method, slo, part in (("infinigen", 0.045, "bandwidth"), ("arkvale", 0.02, "per-copy cost")):
+        cfg = base.replace(method=method)
+        ans = capacity(cfg, demand, slo)
+        assert ans.binds.startswith(f"SLO (host link ({part}) "), (method, ans.binds)
+        faster = {
+            name: capacity(cfg.replace(hardware_overrides=o), demand, slo).point.tokens_per_s
+            for name, o in (("bandwidth", link_bw), ("per-copy cost", link_pc))
+        }
+        other = next(k for k in faster if k != part)
+        assert faster[part] > faster[other] and faster[part] > ans.point.tokens_per_s, (method, faster)
