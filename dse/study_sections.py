@@ -160,8 +160,8 @@ class Workload(_Strict):
 
 
 class Slo(_Strict):
-    """The report's recommended configuration: best accuracy whose latency on `hardware` (default the
-    first profile) meets per_token_latency_s."""
+    """The latency SLO of the report's recommendation: the highest tokens/s, within the accuracy floor, at
+    the largest batch whose mean per-token latency meets per_token_latency_s (applied to every profile)."""
 
     per_token_latency_s: Annotated[float, Field(gt=0)]
     hardware: str | None = None

@@ -3,7 +3,8 @@
 Per hardware profile: GPU memory needed vs batch at several context lengths and the largest batch
 that fits; per-token latency and tokens/s vs batch and vs context length (simulator runs over a small
 grid, replaying the recommended trial's measured demand). Across profiles: the recommended
-configuration under the study's latency SLO, and every simulated method side by side.
+configuration (dse/report/recommend.py: the highest tokens/s within the latency SLO and the accuracy
+floor, at the largest batch that meets the SLO), and every simulated method side by side.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dse.report.grid import CapacityGrid, capacity_grid
 from dse.report.methods import methods_blocks
 from dse.report.page import Block, FigureBlock, NoteBlock, Section, TableBlock
 from dse.report.provenance import Provenance, mapped_sources, pricing_sources
-from dse.report.recommend import Recommendation, recommend
+from dse.report.recommend import RULE, RULE_NO_SLO, Recommendation, describe_entry, floor_metric, recommend
 from dse.report.simulate import Replays, sim_method
 
 __all__ = ["capacity_section"]
@@ -208,36 +209,37 @@ def _context_figure(grid: CapacityGrid, slo_s: float | None) -> FigureBlock:
 
 
 def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> Block:
-    slo = (
-        "no SLO given (most accurate configuration)"
-        if data.slo_s is None
-        else f"{data.slo_s * 1e3:g} ms/token"
-    )
+    ratio = (data.results.config.get("constraints") or {}).get("min_accuracy_ratio")
+    floor = "no floor" if ratio is None else f"{float(ratio):g} x dense's {floor_metric(data)}"
+    slo = "no SLO given" if data.slo_s is None else f"{data.slo_s * 1e3:g} ms/token"
+    limits = f"{slo}; floor: {floor}"
     rows = []
     runs: list[Run] = []
-    for profile in data.profiles:
-        rec = recommend(data, profile)
-        if rec.run is None:
-            rows.append((profile, slo, rec.why_none, "-", "-", "-", "-", "-", f"0 of {rec.n_candidates}"))
+    recs = [recommend(data, profile) for profile in data.profiles]
+    for rec in recs:
+        if rec.run is None or rec.chosen is None:
+            rows.append((rec.profile, limits, rec.why_none, *("-",) * 7, rec.losers()))
             continue
         runs.append(rec.run)
-        rows.append(_recommendation_row(data, profile, slo, rec.run, rec, grids.get(profile)))
+        rows.append(_recommendation_row(data, limits, rec, grids.get(rec.profile)))
     sampled = next((g.sampled for g in grids.values() if g.sampled), "")
     return TableBlock(
-        title="Recommended configuration per profile",
+        title="Recommended configuration per profile: the fastest that keeps accuracy",
         header=(
             "profile",
-            "latency SLO",
+            "latency SLO; accuracy floor",
             "configuration (or why none)",
-            f"{data.accuracy_metric} (measured)",
-            "largest batch under the SLO",
-            "latency mean / p99 there (ms/token, simulated)",
+            f"{data.accuracy_metric} (measured, 95% interval)",
+            "accuracy floor verdict (how decided)",
+            "batch: largest under the SLO (simulated)",
             "tokens/s there (simulated)",
+            "latency mean / p99 there (ms/token, simulated)",
             "largest batch that fits memory",
-            "runs meeting the SLO at the study's batch",
+            "runner-up",
+            "why the others lost",
         ),
         rows=tuple(rows),
-        caption=_recommendation_caption(sampled),
+        caption=_recommendation_caption(data, recs, sampled),
         provenance=Provenance(
             measured=(f"{data.accuracy_metric} of {data.measured_model}",),
             simulated=(f"latency, throughput and memory of {data.model} on each profile",),
@@ -248,54 +250,74 @@ def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> B
 
 
 def _recommendation_row(
-    data: ReportData, profile: str, slo: str, run: Run, rec: Recommendation, grid: CapacityGrid | None
+    data: ReportData, limits: str, rec: Recommendation, grid: CapacityGrid | None
 ) -> tuple[str, ...]:
-    """The table row of a profile whose recommendation is `run`."""
-    batch_text, res = _batch_under_slo(data, profile, run, grid)
-    lat = res["per_token_latency_s"]
+    """The table row of a profile with a recommendation."""
+    chosen = rec.chosen
+    assert chosen is not None and chosen.point.result is not None
+    run, res = chosen.run, chosen.point.result
     fits = res.get("memory", {}).get("max_batch", "-")  # at the final context (prompt + output)
+    runner = rec.runner_up
+    runner_text = "none: no other run qualifies" if runner is None else (
+        f"{describe_entry(runner)}; {data.accuracy_metric} {_accuracy_cell(data, runner.run)}; "
+        f"floor {runner.floor.text()}"
+    )
     return (
-        profile,
-        slo,
+        rec.profile,
+        limits,
         f"{run_label(run)}: {describe_config(run.config)}",
         _accuracy_cell(data, run),
-        batch_text,
-        _latency_cell(lat),
-        f"{res['throughput_tokens_per_s']:.0f}",
+        chosen.floor.text(),
+        f"{chosen.point.batch} ({chosen.point.source})" + _grid_note(data, run, grid),
+        f"{chosen.point.tokens_per_s:.0f}",
+        _latency_cell(res["per_token_latency_s"]),
         str(fits),
-        f"{rec.n_meeting_slo} of {rec.n_candidates}",
+        runner_text,
+        rec.losers(),
     )
 
 
-def _batch_under_slo(
-    data: ReportData, profile: str, run: Run, grid: CapacityGrid | None
-) -> tuple[str, dict[str, Any]]:
-    """(batch cell, SimResult dict there): the grid's largest batch under the SLO where the grid replays
-    the run (or its dense curve is the run), else the study's own batch (stored result)."""
+def _grid_note(data: ReportData, run: Run, grid: CapacityGrid | None) -> str:
+    """Where the capacity grid below replays `run` (or its dense curve is `run`): its largest batch under
+    the SLO over a wider range of batches, for information (the pick compares the stored batches)."""
     best = None
     if grid is not None and grid.run is run:
         best = grid.largest_under_slo(grid.method, data.slo_s)
     elif grid is not None and sim_method(run.config) == "dense":  # the grid's dense curve
         best = grid.largest_under_slo("dense", data.slo_s)
-    if best is None:  # the study's own batch (stored result), e.g. when no grid could be drawn
-        res, batch = run.sim[profile], int(run.sim[profile].get("config", {}).get("batch_size", 1))
-        return f"{batch} (study's batch; no larger batch simulated)", res
+    if best is None or grid is None:
+        return ""
     batch, res = best
-    return str(batch), res
+    under = "fits memory" if data.slo_s is None else "meets the SLO"
+    return (f"; on the capacity grid below (batches {grid.batches[0]}-{grid.batches[-1]}) the largest that "
+            f"{under} is {batch}, {res['throughput_tokens_per_s']:.0f} tokens/s")
 
 
-def _recommendation_caption(sampled: str) -> str:
+def _recommendation_caption(data: ReportData, recs: list[Recommendation], sampled: str) -> str:
+    rule = (f"Rule: {RULE}." if data.slo_s is not None else
+            f"Rule ({RULE_NO_SLO}; the study gave no latency SLO, so any batch that fits memory counts).")
+    undecided = [f"{r.profile}: {r.n_undecided} ({r.undecided_names()})" for r in recs if r.n_undecided]
     return (
-        "The most accurate run — a trial or a baseline (dense attention, untuned FreeKV) — that "
-        "meets the study's accuracy constraint and whose simulated mean per-token latency at the study's "
-        "workload meets the SLO on that profile (ties: the faster one); the study's SLO is applied to every "
-        "profile. Then the largest batch (of 1, 2, 4, ... and the study's batch sizes) whose mean per-token "
-        "latency over the whole decode still meets the SLO, with its latency and throughput, and the "
-        "largest batch that fits GPU memory at the final context (prompt + output"
+        rule + " Candidates: every run — the baselines (dense attention, untuned FreeKV, other methods' "
+        "untuned baselines) and the trials — with a measured accuracy and a simulated result on the "
+        "profile. The accuracy floor (the study's min_accuracy_ratio of dense attention's accuracy) is "
+        "decided per run on paired per-prompt scores where the run and dense attention both stored them "
+        "(paired bootstrap interval of d = mean(run) - ratio x mean(dense), McNemar's exact test for 0/1 "
+        "scores, at least 3 / (1 - ratio) prompts before 'meets'; see dse/accuracy/floor.py), else on the "
+        "stored point estimate (or the lower end of its 95% interval, constraints.bound: lower); the "
+        "verdict cell says which. Dense attention is the floor's reference. Runs below the floor are "
+        "excluded; undecided runs are excluded from the pick but listed, not dropped silently"
+        + (" — undecided here: " + "; ".join(undecided) if undecided else "")
+        + ". Each run is taken at the largest batch, of those simulated for it at the study's prompt "
+        "length (the stored grid of the study's batch sizes; the study's batch alone where no grid was "
+        "stored, as the cell says), that fits GPU memory at the final context (prompt + output"
         + (f"; {sampled}" if sampled else "")
-        + "). Where none qualifies, the cell says what excluded the runs. The curves below replay the "
-        "recommended run against dense attention; where there is none, or it is dense attention itself, "
-        "the untuned FreeKV baseline (else the most accurate trial), named in each caption."
+        + ") and whose mean per-token latency meets the SLO; the pick has the highest simulated tokens/s "
+        "there (ties: the more accurate, then the lower latency). The runner-up is the next by the same "
+        "rule; the last column counts why the other runs lost: below the floor, undecided, over the SLO or "
+        "out of memory at every simulated batch, or slower. The curves below replay the recommended run "
+        "against dense attention; where there is none, or it is dense attention itself, the untuned "
+        "FreeKV baseline (else the most accurate trial), named in each caption."
     )
 
 
@@ -308,8 +330,12 @@ def _latency_cell(lat: dict) -> str:
 
 
 def _accuracy_cell(data: ReportData, run: Run) -> str:
+    """'0.812 [0.700, 0.910]': the measured value and its 95% interval where one was stored."""
     value = f"{data.accuracy(run):.3f}"
     exact = (run.trace_summary or {}).get("accuracy_exact") or {}
     if data.accuracy_metric in exact:
         return f"{value} ({exact[data.accuracy_metric]})"
+    ci = (getattr(run, "accuracy_ci", {}) or {}).get(data.accuracy_metric) or {}
+    if ci.get("low") is not None and ci.get("high") is not None:
+        return f"{value} [{float(ci['low']):.3f}, {float(ci['high']):.3f}]"
     return value

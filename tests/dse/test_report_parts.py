@@ -69,12 +69,15 @@ def _trial(
     )
 
 
-def _results(trials: list[TrialResult], slo: float | None = None) -> StudyResults:
-    config = {
+def _results(trials: list[TrialResult], slo: float | None = None, ratio: float | None = 0.5) -> StudyResults:
+    config: dict = {
         "objectives": [{"metric": "passkey_accuracy"}],
         "hardware": ["a", "b"],
         "model": {"name": "smollm2-135m"},
+        "workload": {"input_tokens": 1000, "output_tokens": 10, "batch_sizes": [1, 4]},
     }
+    if ratio is not None:
+        config["constraints"] = {"min_accuracy_ratio": ratio}
     if slo is not None:
         config["slo"] = {"per_token_latency_s": slo}
     dense = BaselineResult(
@@ -101,21 +104,119 @@ def _results(trials: list[TrialResult], slo: float | None = None) -> StudyResult
     )
 
 
-def test_recommendation_is_the_most_accurate_feasible_trial_within_the_slo_per_profile() -> None:
+def test_recommendation_is_the_fastest_run_within_the_floor_and_the_slo_per_profile() -> None:
     trials = [
         _trial(0, 0.9, {"a": 0.010, "b": 0.030}),
         _trial(1, 1.0, {"a": 0.020, "b": 0.015}),
-        _trial(2, 1.0, {"a": 0.012, "b": 0.012}, feasible=False),
-        _trial(3, 0.9, {"a": 0.009, "b": 0.05}),
+        _trial(2, 1.0, {"a": 0.008, "b": 0.008}, feasible=False),  # fastest, but below the floor
+        _trial(3, 0.6, {"a": 0.009, "b": 0.05}),
     ]
     data = make_report_data(_results(trials, slo=0.019))
     rec_a, rec_b = recommend(data, "a"), recommend(data, "b")
-    assert rec_a.run is not None and rec_a.run.number == 3  # trial 1 misses the SLO on a; 3 ties 0, faster
+    # no stored grid: each run at the study's batch; on a, trial 3 (111 tokens/s) beats trial 0 (100)
+    assert rec_a.run is not None and rec_a.run.number == 3 and rec_a.runner_up.run.number == 0
+    assert rec_a.n_infeasible == 1 and rec_a.n_over_slo == 2 and rec_a.n_meeting_slo == 2  # dense, 1 slow
+    assert rec_a.chosen.point.batch == 1 and not rec_a.chosen.point.from_grid
+    assert rec_a.chosen.floor.how == "point estimate: no per-prompt scores"
+    assert "1 below the accuracy floor" in rec_a.losers()
+    assert "1 qualify with fewer tokens/s" in rec_a.losers()
     assert rec_b.run is not None and rec_b.run.number == 1
     assert recommend(make_report_data(_results(trials, slo=0.001)), "a").run is None
     no_slo = make_report_data(_results(trials))
-    assert no_slo.slo_s is None and recommend(no_slo, "a").run.number == 1
+    assert no_slo.slo_s is None and recommend(no_slo, "a").run.number == 3  # any batch that fits counts
+    assert "no SLO given" in recommend(no_slo, "a").rule
     assert make_report_data(_results(trials), slo_ms=9.5).slo_s == pytest.approx(0.0095)
+
+
+def _grid(batches: dict[int, float], hw: str = "a", input_tokens: int = 1000) -> list[dict]:
+    """A stored capacity grid (dse/objective.py replay): {batch: per-token latency}, None = out of memory;
+    tokens/s = batch / latency."""
+    out = []
+    for batch, lat in batches.items():
+        res = _oom_sim() if lat is None else {**_sim(lat), "throughput_tokens_per_s": batch / lat}
+        out.append({"hardware": hw, "model": "llama-3.1-8b", "batch_size": batch,
+                    "input_tokens": input_tokens, "output_tokens": 10, "result": res})
+    return out
+
+
+def test_each_run_is_taken_at_its_largest_batch_under_the_slo_from_its_stored_grid() -> None:
+    from dataclasses import replace
+
+    # trial 0 is the fastest at batch 1 but misses the SLO at batch 4; trial 1 meets it at batch 4 and
+    # serves more tokens/s there; trial 2 is out of memory at batch 4 (batch 1 only)
+    t0 = replace(_trial(0, 0.9, {"a": 0.010, "b": 0.010}), sim_grid=_grid({1: 0.010, 4: 0.050}))
+    t1 = replace(_trial(1, 0.8, {"a": 0.015, "b": 0.015}), sim_grid=_grid({1: 0.015, 4: 0.018}))
+    t2 = replace(_trial(2, 1.0, {"a": 0.009, "b": 0.009}), sim_grid=_grid({1: 0.009, 4: None}))
+    other = _grid({1: 0.001, 4: 0.001}, input_tokens=500)  # another prompt length: not the study's
+    t3 = replace(_trial(3, 0.9, {"a": 0.030, "b": 0.030}), sim_grid=other)
+    data = make_report_data(_results([t0, t1, t2, t3], slo=0.02))
+    rec = recommend(data, "a")
+    by = {e.label: e for e in rec.entries}
+    assert by["trial 0"].point.batch == 1 and by["trial 0"].point.from_grid
+    assert by["trial 1"].point.batch == 4 and by["trial 1"].point.tokens_per_s == pytest.approx(4 / 0.018)
+    assert by["trial 2"].point.batch == 1 and by["trial 2"].point.batches == (1, 4)
+    assert by["trial 3"].outcome == "over_slo" and not by["trial 3"].point.from_grid
+    assert rec.run is t1 and rec.runner_up.run is t2  # 222 tokens/s at batch 4, then 111 at batch 1
+    assert by["trial 1"].point.source == "of the stored batches 1, 4"
+    # ties in tokens/s go to the more accurate run
+    t4 = replace(_trial(4, 0.95, {"a": 0.015, "b": 0.015}), sim_grid=_grid({1: 0.015, 4: 0.018}))
+    assert recommend(make_report_data(_results([t0, t1, t4], slo=0.02)), "a").run is t4
+    # without an SLO: the largest batch that fits memory (trial 0 at batch 4: 80 tokens/s < trial 1's 222)
+    no_slo = recommend(make_report_data(_results([t0, t1, t2])), "a")
+    assert {e.label: e.point.batch for e in no_slo.entries}["trial 0"] == 4 and no_slo.run is t1
+
+
+def test_the_floor_is_decided_on_paired_prompts_and_undecided_runs_are_named_not_kept() -> None:
+    from dataclasses import dataclass, field, replace
+
+    @dataclass(frozen=True)
+    class Sampled(TrialResult):  # per-prompt scores, as dse/results.py stores them (accuracy_samples)
+        accuracy_samples: dict = field(default_factory=dict)
+
+    @dataclass(frozen=True)
+    class SampledBaseline(BaselineResult):
+        accuracy_samples: dict = field(default_factory=dict)
+
+    def samples(scores: list[float]) -> dict:
+        return {"passkey_accuracy": [{"id": f"p{i}", "score": s, "answer": ""} for i, s in enumerate(scores)]}
+
+    def sampled(number: int, scores: list[float], lat: float) -> Sampled:
+        t = _trial(number, sum(scores) / len(scores), {"a": lat, "b": lat})
+        return Sampled(**{f.name: getattr(t, f.name) for f in t.__dataclass_fields__.values()},
+                       accuracy_samples=samples(scores))
+
+    results = _results([], slo=0.05, ratio=0.9)
+    dense = SampledBaseline(**{f.name: getattr(results.dense, f.name)
+                               for f in results.dense.__dataclass_fields__.values()},
+                            accuracy_samples=samples([1.0] * 40))
+    meets = sampled(0, [1.0] * 40, 0.020)  # 40 >= 3 / (1 - 0.9) = 30 paired prompts, never wrong
+    below = sampled(1, [1.0] * 10 + [0.0] * 30, 0.010)  # the fastest, far below 0.9 x dense
+    undecided = sampled(2, [1.0] * 9 + [0.0], 0.012)  # 10 paired prompts: d's interval contains 0
+    few = replace(sampled(3, [1.0] * 40, 0.011),
+                  accuracy_samples=samples([1.0] * 5))  # 5 prompts: too few to say 'meets'
+    unscored = _trial(4, 1.0, {"a": 0.015, "b": 0.015})  # no per-prompt scores: the point estimate
+    data = make_report_data(replace(results, dense=dense, trials=(meets, below, undecided, few, unscored)))
+    rec = recommend(data, "a")
+    by = {e.label: e for e in rec.entries}
+    assert by["dense"].floor.verdict == "reference"
+    assert by["trial 0"].floor.verdict == "meets" and by["trial 0"].floor.how == "paired, n=40"
+    assert by["trial 1"].floor.verdict == "below" and by["trial 1"].outcome == "below"
+    assert by["trial 3"].floor.verdict == "undecided" and by["trial 3"].floor.how == "paired, n=5"
+    assert by["trial 4"].floor.how == "point estimate: no per-prompt scores"
+    assert by["trial 4"].floor.verdict == "meets"
+    assert by["trial 2"].floor.verdict == "undecided" and by["trial 2"].floor.how == "paired, n=10"
+    assert [e.label for e in rec.undecided] == ["trial 2", "trial 3"] and rec.n_undecided == 2
+    assert rec.n_infeasible == 1
+    # trials 1, 3 and 2 (100, 90.9, 83.3 tokens/s) are faster than trial 4 (66.7) but not eligible
+    assert rec.run is unscored and rec.runner_up.run is meets
+    assert "2 undecided on the floor (trial 2, trial 3)" in rec.losers()
+    assert "meets (paired, n=40: d " in by["trial 0"].floor.text()
+    # when nothing else is eligible, the undecided runs are named in why_none
+    strict = make_report_data(replace(results, dense=dense, trials=(few,), config={
+        **results.config, "slo": {"per_token_latency_s": 0.012}}))
+    why = recommend(strict, "a").why_none
+    assert "1 are undecided on the floor (excluded: trial 3)" in why
+    assert "1 fit but are slower than the SLO (12 ms/token) at every simulated batch" in why
 
 
 def test_baselines_take_part_in_the_recommendation_and_the_front() -> None:
@@ -137,7 +238,8 @@ def test_baselines_take_part_in_the_recommendation_and_the_front() -> None:
     strict = make_report_data(replace(results, config={**results.config,
                                                       "constraints": {"min_accuracy_ratio": 0.98}}))
     assert data.feasible(untuned) and strict.feasible(untuned) is False
-    assert recommend(strict, "a").run.number == 0
+    assert recommend(strict, "a").run.number == 1  # the faster of the two trials (both feasible)
+    assert recommend(strict, "a").entries[1].floor.verdict == "below"
 
 
 def test_when_nothing_qualifies_the_recommendation_says_why() -> None:
@@ -146,10 +248,10 @@ def test_when_nothing_qualifies_the_recommendation_says_why() -> None:
     data = make_report_data(_results(trials, slo=0.001))
     rec = recommend(data, "a")
     assert rec.run is None and rec.n_runs == 3 and rec.n_infeasible == 2 and rec.n_over_slo == 1
-    assert "2 of 3 runs miss the accuracy constraint" in rec.why_none
-    assert "1 fit but are slower than the SLO (1 ms/token)" in rec.why_none
+    assert "2 of 3 runs are below the accuracy floor" in rec.why_none
+    assert "1 fit but are slower than the SLO (1 ms/token) at every simulated batch" in rec.why_none
     rec_b = recommend(data, "b")  # dense has no result on b; the two trials are infeasible
-    assert rec_b.run is None and "2 of 2 runs miss the accuracy constraint" in rec_b.why_none
+    assert rec_b.run is None and "2 of 2 runs are below the accuracy floor" in rec_b.why_none
 
 
 def test_report_data_drops_duplicates_and_rejects_unknown_metric() -> None:
@@ -258,7 +360,7 @@ def test_out_of_memory_results_are_never_ranked_or_plotted_as_latencies() -> Non
     row = oom_on_b.row()
     assert row["latency_s/b"] is None and row["oom/b"] is True and row["fits/b"] is False
     assert row["latency_s/a"] == pytest.approx(0.010) and row["oom/a"] is False
-    assert recommend(data, "a").run.number == 0  # fits on a: the most accurate
+    assert recommend(data, "a").run.number == 0  # fits on a: the fastest
     assert recommend(data, "b").run.number == 1  # out of memory on b: not a candidate there
     assert results.best_under_slo("b", 0.05, "passkey_accuracy").number == 1
     fig = breakdown_figure(data, "b")  # the dense baseline is out of memory on b: left out

@@ -49,6 +49,35 @@ def test_shipped_studies_validate() -> None:
         SearchSpace(study.search)  # at least one valid combination
 
 
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_shipped_study_states_whether_its_samples_resolve_a_ten_point_drop(path: Path) -> None:
+    """The header's power sentence matches dse/accuracy/floor.py: its prompt count is the samples of the
+    task the accuracy floor (else the first accuracy objective) is measured on, 'can' / 'cannot' is
+    drop_resolvable at the dense accuracy it names, and so is the count it says is needed."""
+    import re
+
+    from dse.accuracy.floor import drop_resolvable, min_prompts_to_meet
+    from dse.study import ACCURACY_METRICS
+    from freekv_runtime.stats import samples_needed_proportions
+
+    study, text = load_study_file(path)
+    header = " ".join(line.removeprefix("#").strip() for line in text.split("\nname:")[0].splitlines())
+    m = re.search(r"Power: (\d+) (\w+) prompts? (can|cannot) resolve a 10-point drop from dense "
+                  r"\(two-sided 5%, 80% power\): ~(\d+) needed at dense ([\d.]+)", header)
+    assert m, f"{path.name}: no power sentence in the header comment"
+    n, task, verdict, needed, dense = int(m[1]), m[2], m[3], int(m[4]), float(m[5])
+    metric = study.constraint_metric or next(o.metric for o in study.objectives if o.metric is not None)
+    assert task == ACCURACY_METRICS[metric][0]
+    assert n == next(t.samples for t in study.tasks if t.name == task)
+    assert (verdict == "can") == drop_resolvable(n, dense)
+    assert needed == samples_needed_proportions(dense, dense - 0.10)
+    ratio = study.constraints.min_accuracy_ratio
+    if ratio is None:
+        assert "sets no accuracy floor" in header
+    else:
+        assert f"from {min_prompts_to_meet(ratio)} prompts on" in header
+
+
 def test_capacity_planning_lists_every_shipped_profile() -> None:
     from sim import list_profiles
 
