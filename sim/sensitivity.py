@@ -6,7 +6,17 @@ mechanism as `--set hardware.FIELD=VALUE` (`SimConfig.hardware_overrides`, appli
 `HardwareProfile.with_overrides` and validated like a profile file), and reports the batch, tokens/s and
 what binds at each end. The ranges are stated assumptions about how far the profiles' numbers may be
 off, each with its reason (`Knob.why`); they are not measured confidence intervals. Nothing here is
-fitted.
+fitted. `DEFAULT_RANGES`:
+- HBM bandwidth efficiency (`gpu.achievable_bandwidth_fraction`): x0.8..x1.2, at most 1 (the peak);
+  the profiles' 0.85 is an estimate beside measured streaming reads of 0.88-0.90 (their sources);
+- host link bandwidth (`link.h2d_effective_gbps` and `link.d2h_effective_gbps` together): x0.8..x1.2, at
+  most the link's peak; measured pinned copies reach ~0.82 of the PCIe peak and most profiles apply that
+  ratio to their link as an estimate;
+- per-copy cost (`link.copy_issue_s` and `link.dma_latency_s` together): x0.5..x2; the profiles split
+  one end-to-end figure (~5-7 us per small cudaMemcpyAsync, DualPath arXiv 2602.21548) into host issue
+  and engine latency by estimate (the two fields sim.calibrate fits on recall timings).
+The "low" end of a row is the knob at its low factor (the smaller values: for the per-copy cost the
+cheaper copies), the "high" end at its high factor.
 
 `pricing_spread(cfg, demand, slo_s, stat, seed)` answers the same question with the methods priced
 as their public code runs them ("as-published") and at hardware limits ("ideal"; SimConfig.implementation).
