@@ -55,6 +55,9 @@ def run_capacity(base: Any, *, demand_given: bool, slo_ms: float, slo_stat: str,
     decisions = decide(options, per_dollar=bool(price))
     payload = _payload(base, decisions, slo_ms, slo_stat, price, ratio, evidence,
                        notes + replay_notes, rule_text(ratio) if ratio is not None else None)
+    from dse.commands.capacity_sureness import add_sureness
+
+    add_sureness(payload["rows"], decisions, base.implementations[0], slo_ms / 1e3, slo_stat, base.seed)
     _write(payload, json_path, csv_path)
     from dse.commands.capacity_print import print_answer
 

@@ -144,13 +144,14 @@ def gather_evidence(base: Any, accuracy_from: tuple[str, ...], measure: str | No
     evidence = load_evidence(accuracy_from, metric)
     notes: list[str] = []
     if measure:
+        from rich.console import Console
+
         from dse.accuracy.measure import MeasureSpec, measure_evidence
-        from dse.commands.sim_render import console
         from freekv_runtime.weights import cache_root
 
         spec = MeasureSpec.parse(measure, measure_model, base.seed)
         configs = planned_configs(base.methods, budgets, dict(base.knobs))
-        err = console(stderr=True)
+        err = Console(stderr=True)
         measured, notes = measure_evidence(spec, configs, base.model, base.input_tokens + base.output_tokens,
                                            cache_root(), progress=lambda line: err.print(line))
         evidence += measured

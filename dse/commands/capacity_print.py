@@ -76,6 +76,21 @@ def print_answer(payload: dict) -> None:
         console.print(text.replace(" - at", " at").replace(" - (", " ("))
     console.print("tokens/s (a-b): the range over the demand's ends (a preset's published or stated range); "
                   "dense: dense attention's accuracy on the same prompts")
+    console.print("[bold]how sure[/] (simulated rows):")
+    for r in payload["rows"]:
+        s = r.get("sureness")
+        if s is None:
+            continue
+        other = {m: v for m, v in s["pricing"].items() if m != payload["question"]["implementation"]}
+        parts = [f"priced {m}: batch {v['batch']}, {_f(v['tokens_per_s'], ',.0f')} tokens/s"
+                 for m, v in other.items()]
+        parts += [f"{h['knob']} x{h['low']['factor']:g}..x{h['high']['factor']:g}: "
+                  f"{_f(h['low']['tokens_per_s'], ',.0f')}..{_f(h['high']['tokens_per_s'], ',.0f')} tokens/s"
+                  for h in s["hardware"]]
+        console.print(f"  {r['hardware']} {r['method']} ({r['status']}): " + "; ".join(parts))
+    for method in dict.fromkeys(r["method"] for r in payload["rows"]):
+        band = next(r["validation_band"] for r in payload["rows"] if r["method"] == method)
+        console.print(f"  simulator vs published, {method}: {band}")
     for r in payload["rows"]:
         console.print(f"demand of {r['hardware']} {r['method']}: {r['demand']}")
     for e in payload["evidence"]:
