@@ -96,7 +96,7 @@ class Decision:
 def _lost_reason(option: Option) -> str:
     state = option.floor_state
     if state == BELOW:
-        return f"floor: below ({option.verdict.short()})"
+        return f"floor: {option.verdict.short()}"
     if state == UNDECIDED:
         return f"floor undecided ({option.verdict.reason})"
     if state == "no evidence":

@@ -75,7 +75,7 @@ def demand_of(method: str, ev: Evidence | None, tau: float | None) -> tuple[Any,
     if uses and own:
         return DemandSource(trace=ev.trace_dir), "its own measured trace"
     if not cls.needs_demand:
-        return DemandSource(), "none (closed-form costs)"
+        return DemandSource(), "no demand: closed-form costs"
     return own_source(method, tau), "its own preset"
 
 
