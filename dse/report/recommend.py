@@ -78,6 +78,7 @@ class OperatingPoint:
     batches: tuple[int, ...]
     fits: bool
     from_grid: bool
+    grid_elsewhere: bool = False  # a stored grid, but no point of it at the study's prompt length
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -92,6 +93,8 @@ class OperatingPoint:
         listed = ", ".join(str(b) for b in self.batches)
         if self.from_grid:
             return f"of the stored batches {listed}"
+        if self.grid_elsewhere:
+            return f"study's batch {listed} only: the stored grid has no point at the study's prompt length"
         return f"study's batch {listed} only: no stored grid"
 
 
@@ -269,6 +272,7 @@ def operating_point(data: ReportData, run: Run, profile: str) -> OperatingPoint:
                 and isinstance(g.get("result"), dict)):
             points[int(g["batch_size"])] = g["result"]
     from_grid = bool(points)
+    elsewhere = not from_grid and any(g.get("hardware") == profile for g in run.sim_grid or [])
     stored = run.sim.get(profile)
     if stored is not None:
         first = (w.get("batch_sizes") or [1])[0]
@@ -278,7 +282,8 @@ def operating_point(data: ReportData, run: Run, profile: str) -> OperatingPoint:
     ok = [b for b in fitting
           if data.slo_s is None or float(points[b]["per_token_latency_s"]["mean"]) <= data.slo_s]
     best = ok[-1] if ok else None
-    return OperatingPoint(best, None if best is None else points[best], batches, bool(fitting), from_grid)
+    return OperatingPoint(best, None if best is None else points[best], batches, bool(fitting), from_grid,
+                          elsewhere)
 
 
 def recommend(data: ReportData, profile: str) -> Recommendation:

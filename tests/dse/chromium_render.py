@@ -16,7 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["check_render", "check_rendered_content", "chromium_path", "render_status", "screenshot"]
+__all__ = ["check_render", "check_rendered_content", "chromium_path", "render_status", "rendered_tables",
+           "screenshot"]
 
 REPO = Path(__file__).resolve().parents[2]
 _STATUS_ID = "__report_render_status"
@@ -185,3 +186,36 @@ def check_rendered_content(page: Path, work_dir: Path) -> None:
     assert bar_charts
     for f in bar_charts:  # value axes of bar charts are linear and start at zero
         assert f["value_axis"]["type"] == "linear" and f["value_axis"]["range"][0] <= 0, f
+
+
+TABLES_PROBE = """<script>window.addEventListener("load", function () {
+  function texts(root, selector) {
+    return Array.prototype.map.call(root.querySelectorAll(selector), function (c) { return c.textContent; });
+  }
+  var out = [];
+  document.querySelectorAll("figure.card").forEach(function (f) {
+    var table = f.querySelector("table.data");
+    if (!table) { return; }
+    var caption = f.querySelector("figcaption");
+    out.push({title: f.querySelector("h3").textContent, header: texts(table, "thead th"),
+              rows: Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) {
+                return texts(tr, "td");
+              }),
+              caption: caption ? caption.textContent : ""});
+  });
+  var pre = document.createElement("pre"); pre.id = "__tables"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+def rendered_tables(page: Path, work_dir: Path) -> list[dict]:
+    """The data tables of the page as Chromium rendered them: [{title, header, rows, caption}], cell text
+    read from the DOM after load."""
+    text = page.read_text(encoding="utf-8")
+    head = text.index("<head>") + len("<head>")
+    probed = work_dir / "tables.html"
+    probed.write_text(text[:head] + TABLES_PROBE + text[head:], encoding="utf-8")
+    proc = _chromium(["--dump-dom", f"--window-size={_WIDTH_PX},1000", probed.as_uri()], work_dir / "p3")
+    match = re.search(r'<pre id="__tables">(.*?)</pre>', proc.stdout, re.S)
+    assert match, f"the tables probe never reported; stderr tail:\n{proc.stderr[-2000:]}"
+    return json.loads(html.unescape(match.group(1)))

@@ -156,6 +156,8 @@ def test_each_run_is_taken_at_its_largest_batch_under_the_slo_from_its_stored_gr
     assert by["trial 1"].point.batch == 4 and by["trial 1"].point.tokens_per_s == pytest.approx(4 / 0.018)
     assert by["trial 2"].point.batch == 1 and by["trial 2"].point.batches == (1, 4)
     assert by["trial 3"].outcome == "over_slo" and not by["trial 3"].point.from_grid
+    assert by["trial 3"].point.source.endswith("the stored grid has no point at the study's prompt length")
+    assert by["dense"].point.source == "study's batch 1 only: no stored grid"
     assert rec.run is t1 and rec.runner_up.run is t2  # 222 tokens/s at batch 4, then 111 at batch 1
     assert by["trial 1"].point.source == "of the stored batches 1, 4"
     # ties in tokens/s go to the more accurate run
