@@ -4,8 +4,6 @@ report's sections drawn from it, built once per test session."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
 from dse.report.build import report_sections
@@ -88,17 +86,8 @@ def simulated_sections(simulated_data: ReportData) -> list[Section]:
     return report_sections(simulated_data)
 
 
-@dataclass(frozen=True)
-class SampledTrial(TrialResult):
-    """A trial with per-prompt scores (`accuracy_samples`, {metric: [{"id", "score", "answer"}]}), for the
-    accuracy floor's paired verdicts (the key dse/results.py stores them under)."""
-
-    accuracy_samples: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SampledBaseline(BaselineResult):
-    accuracy_samples: dict = field(default_factory=dict)
+SampledTrial = TrialResult  # per-prompt scores in accuracy_samples ({metric: [{"id", "score", "answer"}]})
+SampledBaseline = BaselineResult
 
 
 _FLOOR_BATCHES = (1, 4, 8)

@@ -169,28 +169,17 @@ def test_each_run_is_taken_at_its_largest_batch_under_the_slo_from_its_stored_gr
 
 
 def test_the_floor_is_decided_on_paired_prompts_and_undecided_runs_are_named_not_kept() -> None:
-    from dataclasses import dataclass, field, replace
-
-    @dataclass(frozen=True)
-    class Sampled(TrialResult):  # per-prompt scores, as dse/results.py stores them (accuracy_samples)
-        accuracy_samples: dict = field(default_factory=dict)
-
-    @dataclass(frozen=True)
-    class SampledBaseline(BaselineResult):
-        accuracy_samples: dict = field(default_factory=dict)
+    from dataclasses import replace
 
     def samples(scores: list[float]) -> dict:
         return {"passkey_accuracy": [{"id": f"p{i}", "score": s, "answer": ""} for i, s in enumerate(scores)]}
 
-    def sampled(number: int, scores: list[float], lat: float) -> Sampled:
+    def sampled(number: int, scores: list[float], lat: float) -> TrialResult:
         t = _trial(number, sum(scores) / len(scores), {"a": lat, "b": lat})
-        return Sampled(**{f.name: getattr(t, f.name) for f in t.__dataclass_fields__.values()},
-                       accuracy_samples=samples(scores))
+        return replace(t, accuracy_samples=samples(scores))
 
     results = _results([], slo=0.05, ratio=0.9)
-    dense = SampledBaseline(**{f.name: getattr(results.dense, f.name)
-                               for f in results.dense.__dataclass_fields__.values()},
-                            accuracy_samples=samples([1.0] * 40))
+    dense = replace(results.dense, accuracy_samples=samples([1.0] * 40))
     meets = sampled(0, [1.0] * 40, 0.020)  # 40 >= 3 / (1 - 0.9) = 30 paired prompts, never wrong
     below = sampled(1, [1.0] * 10 + [0.0] * 30, 0.010)  # the fastest, far below 0.9 x dense
     undecided = sampled(2, [1.0] * 9 + [0.0], 0.012)  # 10 paired prompts: d's interval contains 0
