@@ -85,10 +85,10 @@ def _nan(x: Any) -> float:
 
 
 def _scores(samples: Any) -> dict[str, float]:
-    """[{id, score, answer}] -> {id: score}."""
-    if not isinstance(samples, list):
-        return {}
-    return {str(s["id"]): _nan(s.get("score")) for s in samples if isinstance(s, dict) and "id" in s}
+    """[{id, score, answer}] -> {id: score} (dse.accuracy.samples.scores); {} for anything else."""
+    from dse.accuracy.samples import scores
+
+    return scores(samples) if isinstance(samples, list) else {}
 
 
 def _knobs_from_runtime(runtime: dict[str, Any]) -> dict[str, Any]:
