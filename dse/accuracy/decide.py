@@ -42,6 +42,7 @@ class Option:
     transplanted_method: str | None = None
     ends: dict[str, dict[str, Any]] = field(default_factory=dict)
     price_per_hour_usd: float | None = None
+    floor_given: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -56,8 +57,6 @@ class Option:
         if self.evidence is None:
             return "no evidence"
         return "no floor" if self.verdict is None else self.verdict.verdict
-
-    floor_given: bool = True
 
     @property
     def eligible(self) -> bool:

@@ -70,15 +70,6 @@ class Evidence:
         return (self.method, *(p.get(k) for k in RETRIEVAL_KEYS),
                 tuple(sorted((p.get("options") or {}).items())))
 
-    def label(self) -> str:
-        text = f"{self.method} {knob_text(self.method, self.planned)}".strip()
-        return text.removesuffix(" -")
-
-    def interval_text(self) -> str:
-        if math.isnan(self.low):
-            return f"{self.value:.3f} (n={self.n})"
-        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] n={self.n}"
-
 
 def _nan(x: Any) -> float:
     return math.nan if x is None else float(x)

@@ -73,13 +73,14 @@ def stand_in_model(planned: str, requested: str | None) -> tuple[str, str | None
     if requested:
         return requested, None if requested == planned else (
             f"accuracy measured on {requested} standing in for {planned} (--measure-model)")
-    from freekv_runtime.weights import _resolve_hf_dir  # noqa: PLC2701 - the runtime's own weights lookup
+    from freekv_runtime.errors import RuntimeInputError
+    from freekv_runtime.weights import _resolve_hf_dir  # the runtime's own weights lookup
     from traces.models import get_model
 
     try:
         _resolve_hf_dir(get_model(planned), None)
         return planned, None
-    except Exception as exc:  # the runtime's "no weights found" error, worded for the user
+    except RuntimeInputError as exc:  # "no weights found for model ...", worded for the user
         reason = str(exc).split(":")[0]
         return STAND_IN, (f"accuracy measured on the stand-in {STAND_IN} ({reason}); it is a transplant: the "
                           f"planned model's accuracy under each method is not measured")

@@ -12,13 +12,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from dse.accuracy.decide import Decision, MethodRow, Option, decide
 from dse.accuracy.evidence import knob_text
-from dse.commands.capacity_evidence import accuracy_fields
+from dse.commands.capacity_evidence import accuracy_fields, finite_or_none
 
 __all__ = ["run_capacity", "CSV_COLUMNS"]
 
@@ -50,8 +49,6 @@ def run_capacity(base: Any, *, demand_given: bool, slo_ms: float, slo_stat: str,
     cands = candidates(base.methods, evidence, dict(base.knobs))
     options, replay_notes = evidence_options(base, cands, dense, ratio, slo_ms / 1e3, slo_stat, price,
                                              fixed_demand=demand_given)
-    for o in options:
-        o.floor_given = ratio is not None
     decisions = decide(options, per_dollar=bool(price))
     payload = _payload(base, decisions, slo_ms, slo_stat, price, ratio, evidence,
                        notes + replay_notes, rule_text(ratio) if ratio is not None else None)
@@ -62,10 +59,6 @@ def run_capacity(base: Any, *, demand_given: bool, slo_ms: float, slo_stat: str,
     from dse.commands.capacity_print import print_answer
 
     print_answer(payload)
-
-
-def _num(x: Any) -> Any:
-    return None if isinstance(x, float) and math.isnan(x) else x
 
 
 _CAPACITY_KEYS = ("batch", "per_token_mean_ms", "per_token_p99_ms", "tokens_per_s", "gpu_gib", "host_gib",
@@ -110,8 +103,8 @@ def _payload(base: Any, decisions: list[Decision], slo_ms: float, slo_stat: str,
                        "runner_up": None if d.runner_up is None else _pick(d.runner_up)} for d in decisions],
         "rows": rows,
         "evidence": [{"method": e.method, "knobs": knob_text(e.method, e.planned), "metric": e.metric,
-                      "value": _num(e.value), "n": e.n, "paired_prompts": len(e.scores), "source": e.source,
-                      "model": e.measured_model} for e in evidence],
+                      "value": finite_or_none(e.value), "n": e.n, "paired_prompts": len(e.scores),
+                      "source": e.source, "model": e.measured_model} for e in evidence],
         "step_sampling": sampling, "binds_rule": "sim/capacity.py docstring", "prices": price,
         "notes": notes,
     }

@@ -12,6 +12,7 @@ Never imports torch (a measurement imports it in dse.accuracy.measure).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from dse.accuracy.decide import Option
 from dse.accuracy.evidence import RETRIEVAL_KEYS, Evidence, pair_with_dense
 
 __all__ = ["candidates", "evidence_options", "planned_configs", "demand_of", "question_knobs",
-           "gather_evidence", "floor_of", "parse_budgets", "accuracy_fields",
+           "gather_evidence", "floor_of", "parse_budgets", "accuracy_fields", "finite_or_none",
            "resolved_knobs"]
 
 
@@ -118,8 +119,9 @@ def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence 
         verdict, ref = floor_of(ev, method, dense, ratio, base.seed)
         for hw in base.hardware:
             cells = [c for c in ans.cells if c.hardware == hw]
-            found = {c.demand_end: capacity(c.config, c.priced_demand, slo_s, stat, base.seed).to_dict()
-                     for c in cells}
+            answers = {c.demand_end: capacity(c.config, c.priced_demand, slo_s, stat, base.seed)
+                       for c in cells}
+            found = {end: a.to_dict() for end, a in answers.items()}
             central_end = "central" if "central" in found else next(iter(found))
             central = found[central_end]
             options.append(Option(
@@ -129,8 +131,10 @@ def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence 
                 transplanted_method=cells[0].transplanted_method,
                 ends={k: v for k, v in found.items() if k != central_end},
                 price_per_hour_usd=price.get(hw, {}).get("price_per_hour_usd"),
+                floor_given=ratio is not None,
                 extra={"dense_evidence": ref, "config": cells[0].config,
-                       "demand_source": source, "priced_demand": cells[0].priced_demand},
+                       "capacity_answer": answers[central_end], "demand_source": source,
+                       "priced_demand": cells[0].priced_demand},
             ))
     return options, notes
 
@@ -191,17 +195,18 @@ def floor_of(ev: Evidence | None, method: str, dense: list[Evidence], ratio: flo
     return verdict, ref
 
 
+def finite_or_none(x: Any) -> Any:
+    """NaN (not measured) as None, for JSON and CSV; anything else as is."""
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
 def accuracy_fields(method: str, knobs: dict[str, Any], ev: Evidence | None, verdict: Any,
                     ref: Evidence | None) -> dict[str, Any]:
     """The accuracy columns of an answer row (dse capacity, dse serve): knobs, the measured metric with
     its interval and n, dense's accuracy on the same prompts, the floor's verdict, the source, labels."""
-    import math
-
     from dse.accuracy.evidence import knob_text
 
-    def num(x: Any) -> Any:
-        return None if isinstance(x, float) and math.isnan(x) else x
-
+    num = finite_or_none
     if method == "dense":
         state = "reference"
     else:

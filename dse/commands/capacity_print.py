@@ -12,6 +12,11 @@ def _f(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _named(pick: dict) -> str:
+    """'freekv B=2048 p=32 ...', or the method alone when it has no knobs ('-')."""
+    return pick["method"] if pick["knobs"] == "-" else f"{pick['method']} {pick['knobs']}"
+
+
 def accuracy_text(r: dict) -> str:
     if r["accuracy"] is None:
         return "not measured"
@@ -68,12 +73,11 @@ def print_answer(payload: dict) -> None:
         if chosen is None:
             console.print(f"[bold]{d['hardware']}[/]: no method meets the SLO and the floor (rows say why)")
             continue
-        text = (f"[bold]{d['hardware']}[/]: run {chosen['method']} {chosen['knobs']} at batch "
-                f"{chosen['batch']}: {chosen['tokens_per_s']:,.0f} tokens/s (simulated)")
+        text = (f"[bold]{d['hardware']}[/]: run {_named(chosen)} at batch {chosen['batch']}: "
+                f"{chosen['tokens_per_s']:,.0f} tokens/s (simulated)")
         if runner is not None:
-            text += (f"; runner-up {runner['method']} {runner['knobs']} "
-                     f"({runner['tokens_per_s']:,.0f} tokens/s)")
-        console.print(text.replace(" - at", " at").replace(" - (", " ("))
+            text += f"; runner-up {_named(runner)} ({runner['tokens_per_s']:,.0f} tokens/s)"
+        console.print(text)
     console.print("tokens/s (a-b): the range over the demand's ends (a preset's published or stated range); "
                   "dense: dense attention's accuracy on the same prompts")
     console.print("[bold]how sure[/] (simulated rows):")

@@ -22,7 +22,8 @@ def _spread(option: Any, slo_s: float, stat: str, seed: int) -> dict[str, Any]:
     from sim.sensitivity import pricing_spread, sensitivity
 
     cfg, demand = option.extra["config"], option.extra["priced_demand"]
-    spread = pricing_spread(cfg, demand, slo_s, stat, seed).to_dict()
+    answered = option.extra["capacity_answer"]
+    spread = pricing_spread(cfg, demand, slo_s, stat, seed, answered=answered).to_dict()
     rows = [{"knob": r.knob, "fields": r.field, "why": r.why,
              "low": {"factor": r.low.factor, "batch": r.low.batch, "tokens_per_s": r.low.tokens_per_s},
              "high": {"factor": r.high.factor, "batch": r.high.batch, "tokens_per_s": r.high.tokens_per_s}}
