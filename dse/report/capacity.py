@@ -4,7 +4,8 @@ Per hardware profile: GPU memory needed vs batch at several context lengths and 
 that fits; per-token latency and tokens/s vs batch and vs context length (simulator runs over a small
 grid, replaying the recommended trial's measured demand). Across profiles: the recommended
 configuration (dse/report/recommend.py: the highest tokens/s within the latency SLO and the accuracy
-floor, at the largest batch that meets the SLO), and every simulated method side by side.
+floor, at the largest batch that meets the SLO), how sure each recommendation is (dse/report/sureness.py:
+validation band, pricing-mode spread, hardware sensitivity), and every simulated method side by side.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dse.report.page import Block, FigureBlock, NoteBlock, Section, TableBlock
 from dse.report.provenance import Provenance, mapped_sources, pricing_sources
 from dse.report.recommend import RULE, RULE_NO_SLO, Recommendation, describe_entry, floor_metric, recommend
 from dse.report.simulate import Replays, sim_method
+from dse.report.sureness import sureness_table
 
 __all__ = ["capacity_section"]
 
@@ -48,7 +50,9 @@ def capacity_section(data: ReportData, replays: Replays, seed: int = 0) -> Secti
         blocks.extend(
             [_memory_figure(grid), _batch_figure(grid, data.slo_s), _context_figure(grid, data.slo_s)]
         )
-    blocks.insert(0, _recommendation_table(data, grids))
+    recs = [recommend(data, profile) for profile in data.profiles]
+    sure = sureness_table(data, recs, replays, seed)
+    blocks[0:0] = [_recommendation_table(data, grids, recs), *([sure] if sure is not None else [])]
     blocks.extend(methods_blocks(data, replays, seed))
     return Section(
         anchor="capacity",
@@ -208,14 +212,14 @@ def _context_figure(grid: CapacityGrid, slo_s: float | None) -> FigureBlock:
     )
 
 
-def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid]) -> Block:
+def _recommendation_table(data: ReportData, grids: dict[str, CapacityGrid], recs: list[Recommendation]
+                          ) -> Block:
     ratio = (data.results.config.get("constraints") or {}).get("min_accuracy_ratio")
     floor = "no floor" if ratio is None else f"{float(ratio):g} x dense's {floor_metric(data)}"
     slo = "no SLO given" if data.slo_s is None else f"{data.slo_s * 1e3:g} ms/token"
     limits = f"{slo}; floor: {floor}"
     rows = []
     runs: list[Run] = []
-    recs = [recommend(data, profile) for profile in data.profiles]
     for rec in recs:
         if rec.run is None or rec.chosen is None:
             rows.append((rec.profile, limits, rec.why_none, *("-",) * 7, rec.losers()))
