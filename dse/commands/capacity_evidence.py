@@ -112,8 +112,11 @@ def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence 
         q_knobs, sim_options = question_knobs(method, knobs)
         source, how = ((base.demand, "given by --demand") if fixed_demand
                        else demand_of(method, ev, q_knobs.get("tau")))
+        # a knob the candidate sets (measured or planned), not the user's flag, is named as such in notes
+        named = {k: f"the candidate's {k}" for k, v in q_knobs.items() if base.knobs.get(k) != v}
         q = replace(base, methods=(method,), demand=source, knobs={**base.knobs, **q_knobs},
-                    method_options={**base.method_options, **sim_options}, demand_ends=True)
+                    method_options={**base.method_options, **sim_options}, demand_ends=True,
+                    names={**base.names, **named})
         ans = answer(q)
         notes += [n for n in ans.table_notes() if n not in notes]
         verdict, ref = floor_of(ev, method, dense, ratio, base.seed)
