@@ -30,9 +30,6 @@ class ChunkedReplica(Replica):
         self.prefilling: dict[int, int] = {}  # request -> prompt tokens already prefilled (arrival order)
         self.chunks_seen: list[int] = []  # tokens of every iteration (decode + chunks), for tests
 
-    def _in_prefill(self) -> int:
-        return len(self.prefilling)
-
     def _plan(self) -> list[tuple[int, int, int, int]]:
         """This iteration's chunks: (request, chunk tokens, prefix tokens, input tokens), admitting waiting
         requests in order while the budget and memory last."""

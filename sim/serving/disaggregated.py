@@ -40,9 +40,6 @@ class DecodeReplica(Replica):
         self.in_transfer = 0
         self.ready: list[int] = []  # KV arrived, joins the batch at the next step boundary
 
-    def _in_prefill(self) -> int:
-        return self.in_transfer + len(self.ready)
-
     def handoff(self, i: int) -> simpy.Event:
         """Queue prefilled request i; the event fires when its memory is reserved."""
         self.admitted[i] = self.env.event()
@@ -89,7 +86,7 @@ class PrefillWorker:
         self.env, self.book, self.costs = env, book, costs
         self.requests = book.requests
         self.waiting: deque[int] = deque()
-        self.busy = 0
+        self.load = 0  # queued or being prefilled here
         self.slots = simpy.Resource(env, capacity=slots)
         self.nic = simpy.Resource(env, capacity=1)
         self.link_bytes_per_s = link_gbps * 1e9
@@ -97,12 +94,10 @@ class PrefillWorker:
         self.wake = env.event()
 
     def enqueue(self, i: int) -> None:
+        self.load += 1
         self.waiting.append(i)
         if not self.wake.triggered:
             self.wake.succeed()
-
-    def outstanding(self) -> int:
-        return len(self.waiting) + self.busy
 
     def run(self) -> Generator[simpy.Event, object, None]:
         while True:
@@ -114,10 +109,9 @@ class PrefillWorker:
             slot = self.slots.request()
             yield slot
             i = self.waiting.popleft()
-            self.busy = 1
             self.book.started(i)
             yield self.env.timeout(self.costs.prefill_s(self.requests[i].input_tokens))
-            self.busy = 0
+            self.load -= 1
             self.env.process(self._handoff(i, slot))
 
     def _handoff(self, i: int, slot: simpy.Event) -> Generator[simpy.Event, object, None]:

@@ -11,9 +11,10 @@ fleet below them cannot keep up with the arrivals however short the stream (util
 - blocking adds both (each GPU prefills and decodes).
 Search, one pool (blocking, chunked): from a guess (the sum of both floors; later seeds: the previous
 seed's answer), grow by half until one meets, then bisect between the last failing and the first
-meeting count. Disaggregated: from both floors, grow the pool whose wait dominates (a per-token failure
-grows the decode pool; TTFT or queueing grows the pool whose p99 wait is larger) until one meets, then
-shrink each pool by one while it still meets: a greedy search, not an exhaustive one.
+meeting count. Disaggregated: from both floors (later seeds: the previous answer), grow the pool whose
+wait dominates by half (a per-token failure grows the decode pool; TTFT or queueing grows the pool whose
+p99 wait is larger) until one meets, then bisect the decode pool with those prefill GPUs, then the
+prefill pool with those decode GPUs: a greedy search, not an exhaustive one.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ class _Evaluator:
         self.requests = requests
         self.points: dict[tuple[int, int], FleetPoint] = {}
         self.results: dict[tuple[int, int], ServingResult] = {}
+        self.last = (0, 0)  # the largest fleet tried, when none met the SLOs
 
     def __call__(self, prefill_gpus: int, gpus: int) -> FleetPoint:
         key = (prefill_gpus, gpus)
@@ -187,6 +189,21 @@ class _Evaluator:
             self.results[key] = res
         return self.points[key]
 
+    def full(self, prefill_gpus: int, gpus: int) -> FleetPoint:
+        """The fleet run to the end (no early stop), so that its verdict has every p99."""
+        res = simulate(
+            self.requests,
+            self.costs,
+            self.scheduler,
+            gpus,
+            prefill_gpus,
+            self.router,
+            self.settings,
+            self.slos,
+        )
+        fails = tuple(res.failures(self.slos))
+        return FleetPoint(prefill_gpus, gpus, not fails, fails, res.stats(self.slos.ttft_s, self.slos.tpot_s))
+
 
 def _smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) -> int | None:
     """Smallest n in [floor, cap] with meets(n), assuming meets is monotone: grow from the guess by half
@@ -205,6 +222,11 @@ def _smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) ->
             lo = n
         if hi is None:
             return None
+    return _bisect(meets, lo, hi)
+
+
+def _bisect(meets: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Smallest n in (lo, hi] with meets(n), given meets(hi) and lo failing (or below the floor)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if meets(mid):
@@ -224,6 +246,7 @@ def _disaggregated(
         if pt.meets:
             break
         if p + d >= cap:
+            ev.last = (p, d)
             return None
         res = ev.results[(p, d)]
         worst = pt.failures[0].slo if pt.failures else "TPOT"
@@ -231,16 +254,12 @@ def _disaggregated(
             pre = np.nanpercentile(res.prefill_queue_s, 99) if np.isfinite(res.prefill_queue_s).any() else 0
             dec = np.nanpercentile(res.decode_wait_s, 99) if np.isfinite(res.decode_wait_s).any() else 0
         if worst == "TPOT" or dec > pre:
-            d += max(1, d // 4)
+            d += max(1, d // 2)
         else:
-            p += max(1, p // 4)
-    changed = True
-    while changed:  # shrink each pool by one while the fleet still meets the SLOs
-        changed = False
-        if p - 1 >= p_floor and ev(p - 1, d).meets:
-            p, changed = p - 1, True
-        if d - 1 >= d_floor and ev(p, d - 1).meets:
-            d, changed = d - 1, True
+            p += max(1, p // 2)
+    # then the fewest decode GPUs with these prefill GPUs, and the fewest prefill GPUs with those
+    d = _bisect(lambda k: ev(p, k).meets, d_floor - 1, d)
+    p = _bisect(lambda k: ev(k, d).meets, p_floor - 1, p)
     return ev(p, d)
 
 
@@ -286,7 +305,7 @@ def fewest_gpus(
                 fails = [b for b in below if b is not None and not b.meets]
                 answer.binding.append(fails[0] if fails else None)
             else:
-                answer.binding.append(None)
+                answer.binding.append(ev.full(*ev.last))
         else:
             floor = p_floor + d_floor if scheduler == "blocking" else d_floor
             guess = hint[1] if hint is not None else p_floor + d_floor
@@ -294,7 +313,7 @@ def fewest_gpus(
             found = None if n is None else ev(0, n)
             if found is not None:
                 hint = (0, n)
-            below = ev.points.get((0, n - 1)) if n is not None else ev(0, max_gpus)
+            below = ev.points.get((0, n - 1)) if n is not None else ev.full(0, max_gpus)
             answer.binding.append(below if below is not None and not below.meets else None)
         answer.answers.append(found)
         answer.evaluations += len(ev.points)

@@ -26,7 +26,9 @@ class Ledger:
         self.finish = np.full(n, np.nan)
         self.prefill_end = np.full(n, np.nan)  # disaggregated: the prompt's prefill ends
         self.decode_admit = np.full(n, np.nan)  # disaggregated: decode memory reserved
-        self.step_s: list[np.ndarray] = []
+        self._step_one: list[float] = []  # decode iterations of one duration each
+        self._step_many: list[tuple[float, int]] = []  # (duration, count) of spans of equal steps
+        self._step_arrays: list[np.ndarray] = []
         self.max_batch = 0
         self.done = 0
         self.violators = {"TPOT": 0, "TTFT": 0, "queueing": 0}
@@ -92,7 +94,21 @@ class Ledger:
 
     def steps(self, duration_s: float | np.ndarray, count: int = 1) -> None:
         """Record decode iterations: `count` of one duration, or an array of durations."""
-        self.step_s.append(np.full(count, duration_s) if np.ndim(duration_s) == 0 else np.asarray(duration_s))
+        if isinstance(duration_s, np.ndarray):
+            self._step_arrays.append(duration_s)
+        elif count == 1:
+            self._step_one.append(duration_s)
+        else:
+            self._step_many.append((duration_s, count))
+
+    def step_s(self) -> np.ndarray:
+        """Every decode iteration's duration (order not kept)."""
+        many = np.array(self._step_many, dtype=np.float64).reshape(-1, 2)
+        parts = [
+            np.array(self._step_one, dtype=np.float64),
+            np.repeat(many[:, 0], many[:, 1].astype(np.int64)),
+        ]
+        return np.concatenate(parts + self._step_arrays)
 
     def batch(self, size: int) -> None:
         self.max_batch = max(self.max_batch, size)

@@ -34,19 +34,14 @@ class Replica:
         self.running: dict[int, list[int]] = {}  # request -> [context tokens, tokens still to emit]
         self.gpu_bytes, self.host_bytes = costs.gpu_fixed_bytes, 0  # reserved now
         self.wake = env.event()
+        self.load = 0  # requests routed here and not finished (Vidur's least-outstanding-requests load)
 
     # ----- router side -----
     def enqueue(self, i: int) -> None:
+        self.load += 1
         self.waiting.append(i)
         if not self.wake.triggered:
             self.wake.succeed()
-
-    def outstanding(self) -> int:
-        """Requests routed here and not finished (Vidur's least-outstanding-requests load)."""
-        return len(self.waiting) + len(self.running) + self._in_prefill()
-
-    def _in_prefill(self) -> int:
-        return 0
 
     # ----- memory -----
     def _seq_bytes(self, i: int) -> tuple[int, int]:
@@ -64,9 +59,11 @@ class Replica:
         self.host_bytes += h
 
     def release(self, i: int) -> None:
+        """Request i is done here: its memory is free again."""
         g, h = self._seq_bytes(i)
         self.gpu_bytes -= g
         self.host_bytes -= h
+        self.load -= 1
 
     # ----- decode -----
     def join_decode(self, i: int) -> None:
@@ -127,22 +124,13 @@ class BlockingReplica(Replica):
     """Prefill blocks decode: waiting requests that fit are prefilled alone, in arrival order, between two
     decode steps; the running batch waits."""
 
-    def __init__(self, env: simpy.Environment, book: Ledger, costs: StepCosts) -> None:
-        super().__init__(env, book, costs)
-        self._prefilling = 0
-
-    def _in_prefill(self) -> int:
-        return self._prefilling
-
     def run(self) -> Generator[simpy.Event, object, None]:
         while True:
             while self.waiting and self.fits(self.waiting[0]):
                 i = self.waiting.popleft()
                 self.reserve(i)
                 self.book.started(i)
-                self._prefilling = 1
                 yield self.env.timeout(self.costs.prefill_s(self.requests[i].input_tokens))
-                self._prefilling = 0
                 self.book.first_token(i)
                 self.join_decode(i)
             if not self.running:

@@ -46,7 +46,7 @@ class ServingResult:
         return cls(
             ttft_s=first - arrival,
             tpot_s=tpot,
-            step_s=np.concatenate(book.step_s) if book.step_s else np.zeros(0),
+            step_s=book.step_s(),
             finish_s=finish,
             output_tokens=outputs,
             max_batch=book.max_batch,

@@ -21,7 +21,7 @@ ROUTERS = ("round-robin", "least-loaded")
 
 
 class Loaded(Protocol):
-    def outstanding(self) -> int: ...
+    load: int  # outstanding requests: routed here and not finished (prefill workers: not prefilled)
 
 
 def check_router(name: str, flag: str = "--router") -> str:
@@ -39,5 +39,5 @@ class Router:
             k = self._next % len(self.targets)
             self._next += 1
             return k
-        loads = [t.outstanding() for t in self.targets]
+        loads = [t.load for t in self.targets]
         return loads.index(min(loads))

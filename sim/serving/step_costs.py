@@ -54,6 +54,7 @@ class StepCosts:
         self._prefill: dict[int, float] = {}
         self._mem: dict[tuple[int, int], tuple[int, int]] = {}
         self._linear: dict[int, float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
         self._extra_per_token: dict[int, float] = {}
         one = memory_at(cfg.replace(batch_size=1), demand)
         self.gpu_capacity_bytes, self.host_capacity_bytes = one.gpu_capacity_bytes, one.host_capacity_bytes
@@ -101,12 +102,16 @@ class StepCosts:
     def decode_s(self, batch: int, mean_context: float) -> float:
         """One decode step of `batch` sequences at `mean_context` tokens (bucketed, interpolated in batch)."""
         ctx = self.bucket(mean_context)
-        lo = 1 << (batch.bit_length() - 1)
-        if lo == batch:
-            return self._point(batch, ctx)
-        hi = lo * 2
-        a, b = self._point(lo, ctx), self._point(hi, ctx)
-        return a + (b - a) * (batch - lo) / (hi - lo)
+        key = (batch, ctx)
+        if key not in self._decode:
+            lo = 1 << (batch.bit_length() - 1)
+            if lo == batch:
+                self._decode[key] = self._point(batch, ctx)
+            else:
+                hi = lo * 2
+                a, b = self._point(lo, ctx), self._point(hi, ctx)
+                self._decode[key] = a + (b - a) * (batch - lo) / (hi - lo)
+        return self._decode[key]
 
     def prefill_s(self, input_tokens: int) -> float:
         """The method's prefill of one prompt of `input_tokens`, alone on the GPU."""

@@ -1,0 +1,174 @@
+"""Print `dse serve`'s answer: the question with its SLOs, each scheduler's cost model, one row per
+(profile, method, scheduler), what broke where nothing met the SLOs, and the notes. Never imports torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["print_serve"]
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _range(lo: Any, hi: Any, spec: str) -> str:
+    if lo is None:
+        return "-"
+    a, b = format(lo, spec), format(hi, spec)
+    return a if a == b else f"{a}-{b}"
+
+
+def _why(r: dict) -> str:
+    return "; ".join(f["text"] for f in r["failures"]) or "none meets"
+
+
+def _rate_table(payload: dict) -> Any:
+    from rich.table import Table
+
+    from dse.commands.capacity_print import accuracy_text
+
+    table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated)")
+    cols = [
+        "hardware",
+        "method",
+        "scheduler",
+        "GPUs",
+        "knobs",
+        "accuracy",
+        "floor",
+        "rate req/s",
+        "TTFT p50 s",
+        "TTFT p99 s",
+        "tok p50 ms",
+        "tok p99 ms",
+        "tokens/s",
+        "goodput req/s",
+        "SLO met",
+        "max batch",
+    ]
+    for col in cols:
+        left = col in ("hardware", "method", "scheduler", "knobs", "floor")
+        table.add_column(col, justify="left" if left else "right")
+    for r in payload["results"]:
+        st = r["stats"]
+        method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
+        gpus = f"{r['prefill_gpus']}+{r['gpus']}" if r["prefill_gpus"] else str(r["gpus"])
+        head = [r["hardware"], method, r["scheduler"], gpus, r["knobs"], accuracy_text(r), r["floor_verdict"]]
+        if r["mode"] == "highest rate under the SLOs" and not r["meets"]:
+            table.add_row(*head, f"0: {_why(r)}", *["-"] * 8)
+            continue
+        rate = "-" if r["rate_per_s"] is None else f"{r['rate_per_s']:.3g}"
+        table.add_row(
+            *head,
+            rate,
+            _s(st["ttft_p50_s"]),
+            _s(st["ttft_p99_s"]),
+            _ms(st["tpot_p50_s"]),
+            _ms(st["tpot_p99_s"]),
+            f"{st['throughput_tokens_per_s']:.0f}",
+            f"{st['goodput_requests_per_s']:.3g}",
+            f"{st['slo_attainment']:.0%}",
+            str(st["max_batch"]),
+        )
+    return table
+
+
+def _fleet_table(payload: dict) -> Any:
+    from rich.table import Table
+
+    from dse.commands.capacity_print import accuracy_text
+
+    priced = bool(payload["prices"])
+    table = Table(
+        title=f"fewest GPUs at {payload['target_rate_per_s']:g} req/s, range over "
+        f"{payload['seeds']} arrival seeds (accuracy measured; GPUs, latencies simulated)"
+    )
+    cols = [
+        "hardware",
+        "method",
+        "scheduler",
+        "knobs",
+        "accuracy",
+        "floor",
+        "GPUs",
+        "prefill share",
+        "binds",
+        "TTFT p99 s",
+        "tok p99 ms",
+        "stream n",
+    ]
+    cols += ["$/h", "$/M out tok"] if priced else []
+    for col in cols:
+        left = col in ("hardware", "method", "scheduler", "knobs", "floor", "binds")
+        table.add_column(col, justify="left" if left else "right")
+    for r in payload["results"]:
+        method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
+        head = [r["hardware"], method, r["scheduler"], r["knobs"], accuracy_text(r), r["floor_verdict"]]
+        if not r["meets"]:
+            table.add_row(
+                *head, f"none within {payload.get('max_gpus', '')}: {_why(r)}", *["-"] * (len(cols) - 7)
+            )
+            continue
+        share = _range(r["prefill_share_min"], r["prefill_share_max"], ".0%")
+        binds = ", ".join(r["binding_slos"]) or "keeping up (floor)"
+        row = [
+            *head,
+            _range(r["gpus_min"], r["gpus_max"], "d"),
+            share,
+            binds,
+            _s(r["ttft_p99_s_max"]),
+            _ms(r["tpot_p99_s_max"]),
+            str(r["n_requests"]),
+        ]
+        if priced:
+            row += [
+                _range(r.get("usd_per_hour_min"), r.get("usd_per_hour_max"), ",.2f"),
+                _range(
+                    r.get("usd_per_million_output_tokens_min"),
+                    r.get("usd_per_million_output_tokens_max"),
+                    ",.2f",
+                ),
+            ]
+        table.add_row(*row)
+    return table
+
+
+def print_serve(payload: dict) -> None:
+    from dse.commands.sim_render import console as make_console
+
+    console = make_console()
+    n = payload["n_requests"]
+    stream = f"{n} requests per stream" if n else "streams of four request lifetimes (at least 200 requests)"
+    console.print(
+        f"[bold]{payload['model']}[/], requests of {payload['input_tokens']} input + "
+        f"{payload['output_tokens']} output tokens, {stream}, seed {payload['seed']}; SLOs: "
+        f"{payload['slos']['text']}; router {payload['router']}; priced {payload['implementation']}"
+    )
+    console.print(f"demand: {payload['demand']['label']}")
+    console.print(f"serving model: {payload['model_of_serving']}")
+    for text in payload["schedulers"].values():
+        console.print(f"  scheduler {text}")
+    fleet = payload["mode"] == "fewest GPUs at the target rate"
+    console.print(_fleet_table(payload) if fleet else _rate_table(payload))
+    if payload["floor_rule"]:
+        console.print(f"rule: {payload['floor_rule']}")
+    if fleet:
+        console.print(
+            "GPUs: the fewest meeting every SLO for each seed (disaggregated: prefill + decode), "
+            "min-max over seeds; binds: the SLO the fleet one GPU smaller broke; TTFT/tok p99: the "
+            "worst seed at its answer"
+        )
+        for r in payload["results"]:
+            if r["meets"] and r.get("price_source"):
+                console.print(
+                    f"price {r['hardware']}: ${r['price_per_hour_usd_per_gpu']:g}/GPU-hour "
+                    f"({r['price_source']})"
+                )
+                break
+    for note in payload["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
