@@ -28,7 +28,6 @@ class ChunkedReplica(Replica):
         super().__init__(env, book, costs)
         self.budget = chunk_tokens
         self.prefilling: dict[int, int] = {}  # request -> prompt tokens already prefilled (arrival order)
-        self.chunks_seen: list[int] = []  # tokens of every iteration (decode + chunks), for tests
 
     def _plan(self) -> list[tuple[int, int, int, int]]:
         """This iteration's chunks: (request, chunk tokens, prefix tokens, input tokens), admitting waiting
@@ -98,7 +97,7 @@ class ChunkedReplica(Replica):
                 )
                 yield self.env.timeout(float(times.sum()))
                 self.book.steps(times)
-                self.chunks_seen += [len(self.running) + c] * k
+                self.book.iteration_tokens(len(self.running) + c)
                 self.prefilling[i] = done + k * c
                 if self.running:
                     self.advance(k)
@@ -106,7 +105,7 @@ class ChunkedReplica(Replica):
             dt = self._iteration_s([(c, p, n) for _, c, p, n in plan])
             yield self.env.timeout(dt)
             self.book.steps(dt)
-            self.chunks_seen.append(len(self.running) + sum(c for _, c, _, _ in plan))
+            self.book.iteration_tokens(len(self.running) + sum(c for _, c, _, _ in plan))
             if self.running:
                 self.advance(1)
             for i, c, done, n in plan:

@@ -30,6 +30,7 @@ class Ledger:
         self._step_many: list[tuple[float, int]] = []  # (duration, count) of spans of equal steps
         self._step_arrays: list[np.ndarray] = []
         self.max_batch = 0
+        self.max_iteration_tokens = 0  # decode tokens + prefill chunk tokens of one iteration (chunked)
         self.done = 0
         self.violators = {"TPOT": 0, "TTFT": 0, "queueing": 0}
         self.stopped_by: str | None = None
@@ -112,3 +113,6 @@ class Ledger:
 
     def batch(self, size: int) -> None:
         self.max_batch = max(self.max_batch, size)
+
+    def iteration_tokens(self, tokens: int) -> None:
+        self.max_iteration_tokens = max(self.max_iteration_tokens, tokens)

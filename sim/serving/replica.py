@@ -97,6 +97,7 @@ class Replica:
     def decode_span(self, interruptible: bool) -> Generator[simpy.Event, object, None]:
         """Decode steps of the running batch until it changes (module docstring)."""
         self.book.batch(len(self.running))
+        self.book.iteration_tokens(len(self.running))
         dt, k = self._span()
         start = self.env.now
         if interruptible and k > 1:

@@ -32,6 +32,7 @@ class ServingResult:
     prefill_queue_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # arrival to prefill start
     decode_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # disaggregated: for memory
     scheduler: str = "blocking"
+    max_iteration_tokens: int = 0  # decode + prefill-chunk tokens of the largest iteration (chunked)
     stopped_by: str | None = None  # the SLO whose violators stopped the run early
     violators: dict[str, int] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
@@ -55,6 +56,7 @@ class ServingResult:
             prefill_queue_s=prefill_wait,
             decode_wait_s=decode_wait,
             scheduler=scheduler,
+            max_iteration_tokens=book.max_iteration_tokens,
             stopped_by=book.stopped_by,
             violators=dict(book.violators),
         )
