@@ -24,7 +24,26 @@ def _range(lo: Any, hi: Any, spec: str) -> str:
 
 
 def _why(r: dict) -> str:
-    return "; ".join(f["text"] for f in r["failures"]) or "none meets"
+    return "; ".join(f["text"] for f in r["failures"]) or "no verdict recorded"
+
+
+def _slo_names(r: dict) -> str:
+    return ", ".join(f["slo"] for f in r["failures"]) or "-"
+
+
+def _print_failures(console: Any, payload: dict, fleet: bool) -> None:
+    """One line per row where nothing met the SLOs: which p99 broke which limit, by how much."""
+    for r in payload["results"]:
+        if r["meets"]:
+            continue
+        where = f"{r['hardware']}, {r['method']}, {r['scheduler']}"
+        if fleet:
+            scope = f"no fleet of up to {payload['max_gpus']} GPUs meets the SLOs"
+        elif r["mode"] == "highest rate under the SLOs":
+            scope = "no rate meets the SLOs; at the lowest rate tried"
+        else:
+            scope = "the SLOs are not met"
+        console.print(f"[red]{where}[/]: {scope}: {_why(r)}")
 
 
 def _rate_table(payload: dict) -> Any:
@@ -60,7 +79,7 @@ def _rate_table(payload: dict) -> Any:
         gpus = f"{r['prefill_gpus']}+{r['gpus']}" if r["prefill_gpus"] else str(r["gpus"])
         head = [r["hardware"], method, r["scheduler"], gpus, r["knobs"], accuracy_text(r), r["floor_verdict"]]
         if r["mode"] == "highest rate under the SLOs" and not r["meets"]:
-            table.add_row(*head, f"0: {_why(r)}", *["-"] * 8)
+            table.add_row(*head, f"0: {_slo_names(r)} (below)", *["-"] * 8)
             continue
         rate = "-" if r["rate_per_s"] is None else f"{r['rate_per_s']:.3g}"
         table.add_row(
@@ -84,35 +103,23 @@ def _fleet_table(payload: dict) -> Any:
     from dse.commands.capacity_print import accuracy_text
 
     priced = bool(payload["prices"])
+    measured = any(r["accuracy"] is not None for r in payload["results"])
     table = Table(
         title=f"fewest GPUs at {payload['target_rate_per_s']:g} req/s, range over "
-        f"{payload['seeds']} arrival seeds (accuracy measured; GPUs, latencies simulated)"
+        f"{payload['seeds']} arrival seeds (GPUs, latencies simulated)"
     )
-    cols = [
-        "hardware",
-        "method",
-        "scheduler",
-        "knobs",
-        "accuracy",
-        "floor",
-        "GPUs",
-        "prefill share",
-        "binds",
-        "TTFT p99 s",
-        "tok p99 ms",
-        "stream n",
-    ]
+    cols = ["hardware", "method", "scheduler", "knobs"] + (["accuracy", "floor"] if measured else [])
+    cols += ["GPUs", "prefill share", "binds", "TTFT p99 s", "tok p99 ms"]
     cols += ["$/h", "$/M out tok"] if priced else []
     for col in cols:
         left = col in ("hardware", "method", "scheduler", "knobs", "floor", "binds")
-        table.add_column(col, justify="left" if left else "right")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
     for r in payload["results"]:
         method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
-        head = [r["hardware"], method, r["scheduler"], r["knobs"], accuracy_text(r), r["floor_verdict"]]
+        head = [r["hardware"], method, r["scheduler"], r["knobs"]]
+        head += [accuracy_text(r), r["floor_verdict"]] if measured else []
         if not r["meets"]:
-            table.add_row(
-                *head, f"none within {payload.get('max_gpus', '')}: {_why(r)}", *["-"] * (len(cols) - 7)
-            )
+            table.add_row(*head, f"none: {_slo_names(r)} (below)", *["-"] * (len(cols) - len(head) - 1))
             continue
         share = _range(r["prefill_share_min"], r["prefill_share_max"], ".0%")
         binds = ", ".join(r["binding_slos"]) or "keeping up (floor)"
@@ -123,11 +130,10 @@ def _fleet_table(payload: dict) -> Any:
             binds,
             _s(r["ttft_p99_s_max"]),
             _ms(r["tpot_p99_s_max"]),
-            str(r["n_requests"]),
         ]
         if priced:
             row += [
-                _range(r.get("usd_per_hour_min"), r.get("usd_per_hour_max"), ",.2f"),
+                _range(r.get("usd_per_hour_min"), r.get("usd_per_hour_max"), ",.0f"),
                 _range(
                     r.get("usd_per_million_output_tokens_min"),
                     r.get("usd_per_million_output_tokens_max"),
@@ -155,6 +161,7 @@ def print_serve(payload: dict) -> None:
         console.print(f"  scheduler {text}")
     fleet = payload["mode"] == "fewest GPUs at the target rate"
     console.print(_fleet_table(payload) if fleet else _rate_table(payload))
+    _print_failures(console, payload, fleet)
     if payload["floor_rule"]:
         console.print(f"rule: {payload['floor_rule']}")
     if fleet:
@@ -163,12 +170,12 @@ def print_serve(payload: dict) -> None:
             "min-max over seeds; binds: the SLO the fleet one GPU smaller broke; TTFT/tok p99: the "
             "worst seed at its answer"
         )
-        for r in payload["results"]:
-            if r["meets"] and r.get("price_source"):
-                console.print(
-                    f"price {r['hardware']}: ${r['price_per_hour_usd_per_gpu']:g}/GPU-hour "
-                    f"({r['price_source']})"
-                )
-                break
+        streams = {r["hardware"]: r["n_requests"] for r in payload["results"]}
+        console.print("stream per seed: " + ", ".join(f"{h} {n} requests" for h, n in streams.items()))
+        for h, p in payload["prices"].items():
+            if h in streams:
+                console.print(f"price {h}: ${p['price_per_hour_usd']:g}/GPU-hour ({p['source']})")
+        if payload["prices"]:
+            console.print("$/M out tok = $/h / (target rate x output tokens x 3600 s) x 1e6")
     for note in payload["notes"]:
         console.print(f"[yellow]note:[/] {note}")
