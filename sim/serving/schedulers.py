@@ -2,9 +2,12 @@
 answer cites.
 
 - `blocking`: as the research runtimes run. Admitted requests are prefilled one after another, alone on
-  the GPU, between two decode steps of the running batch, which waits (the FreeKV, Quest and ShadowKV
-  code, like HF transformers' `generate`, prefill a prompt in one forward pass and then decode; none has
-  chunked prefill). The prefill emits the first token.
+  the GPU, between two decode steps of the running batch, which waits. The research code prefills a
+  prompt in one forward pass and then decodes, with no chunked prefill: bytedance/ShadowKV
+  models/base.py:196-218 (`prefill`, then the decode loop), mit-han-lab/Quest
+  evaluation/passkey/passkey.py:71-85 (one forward over the prompt, then token by token), rooikeee/FreeKV
+  source/freekv/infer_state.py:502-626 (`_prepare_prefill` / `_finish_prefill` around one pass of the
+  prompt's q_len tokens), like HF transformers' `generate`. The prefill emits the first token.
 - `chunked`: Sarathi-Serve's stall-free batching, vLLM's default. Every iteration has a token budget
   (`chunk_tokens`, default 512: Sarathi-Serve's and Vidur's chunk size, microsoft/vidur
   vidur/config/config.py:321-324; vLLM's own `max_num_batched_tokens` default is 2048, or 8192 for its
