@@ -167,8 +167,9 @@ def print_serve(payload: dict) -> None:
     if fleet:
         console.print(
             "GPUs: the fewest meeting every SLO for each seed (disaggregated: prefill + decode), "
-            "min-max over seeds; binds: the SLO the fleet one GPU smaller broke; TTFT/tok p99: the "
-            "worst seed at its answer"
+            "min-max over seeds; binds: the SLO the fleet one GPU smaller broke (keeping up (floor): "
+            "the answer is the floor below which a fleet cannot keep up with the arrivals); TTFT/tok p99: "
+            "the worst seed at its answer"
         )
         streams = {r["hardware"]: r["n_requests"] for r in payload["results"]}
         console.print("stream per seed: " + ", ".join(f"{h} {n} requests" for h, n in streams.items()))

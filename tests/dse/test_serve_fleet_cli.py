@@ -12,8 +12,19 @@ from click.testing import CliRunner
 
 from dse.cli import cli, main
 
-BASE = ["serve", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--method", "dense",
-        "--input-tokens", "8192", "--output-tokens", "32"]
+BASE = [
+    "serve",
+    "--model",
+    "llama-3.1-8b",
+    "--hardware",
+    "h100-sxm",
+    "--method",
+    "dense",
+    "--input-tokens",
+    "8192",
+    "--output-tokens",
+    "32",
+]
 
 
 def _run(args: list[str]) -> str:
@@ -25,8 +36,23 @@ def _run(args: list[str]) -> str:
 def test_target_rate_fleet_per_scheduler_with_prices(tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text("h100-sxm: {price_per_hour_usd: 4.0, source: 'test price'}\n")
-    out = _run([*BASE, "--target-rate", "4", "--tpot-slo-ms", "30", "--seeds", "2", "--n-requests", "60",
-                "--prices", str(prices), "--json", str(tmp_path / "f.json")])
+    out = _run(
+        [
+            *BASE,
+            "--target-rate",
+            "4",
+            "--tpot-slo-ms",
+            "30",
+            "--seeds",
+            "2",
+            "--n-requests",
+            "60",
+            "--prices",
+            str(prices),
+            "--json",
+            str(tmp_path / "f.json"),
+        ]
+    )
     for name in ("blocking", "chunked", "disaggregated"):
         assert name in out
     assert "no TTFT SLO" in out and "$/h" in out
@@ -38,14 +64,29 @@ def test_target_rate_fleet_per_scheduler_with_prices(tmp_path: Path) -> None:
         assert r["meets"] and 1 <= r["gpus_min"] <= r["gpus_max"] and len(r["per_seed"]) == 2
         assert r["usd_per_hour_min"] == pytest.approx(4.0 * r["gpus_min"])
         tokens_per_h = 4 * 32 * 3600
-        assert r["usd_per_million_output_tokens_min"] == pytest.approx(r["usd_per_hour_min"] / tokens_per_h * 1e6)
+        assert r["usd_per_million_output_tokens_min"] == pytest.approx(
+            r["usd_per_hour_min"] / tokens_per_h * 1e6
+        )
     assert rows["disaggregated"]["prefill_share_min"] > 0
     assert rows["blocking"]["prefill_share_min"] is None
 
 
 def test_nothing_meets_names_the_slo_and_by_how_much(tmp_path: Path) -> None:
-    out = _run([*BASE, "--scheduler", "blocking,chunked", "--tpot-slo-ms", "1", "--ttft-slo-s", "30",
-                "--n-requests", "10", "--json", str(tmp_path / "n.json")])
+    out = _run(
+        [
+            *BASE,
+            "--scheduler",
+            "blocking,chunked",
+            "--tpot-slo-ms",
+            "1",
+            "--ttft-slo-s",
+            "30",
+            "--n-requests",
+            "10",
+            "--json",
+            str(tmp_path / "n.json"),
+        ]
+    )
     assert "per-token" in out and "x the limit" in out and "none meets" not in out
     rows = json.loads((tmp_path / "n.json").read_text())["results"]
     assert [r["scheduler"] for r in rows] == ["blocking", "chunked"]
@@ -55,16 +96,44 @@ def test_nothing_meets_names_the_slo_and_by_how_much(tmp_path: Path) -> None:
 
 
 def test_fleet_that_cannot_meet_the_per_token_slo(tmp_path: Path) -> None:
-    out = _run([*BASE, "--scheduler", "disaggregated", "--target-rate", "1", "--tpot-slo-ms", "1",
-                "--json", str(tmp_path / "i.json")])
-    assert "none within" in out and "per-token" in out
+    out = _run(
+        [
+            *BASE,
+            "--scheduler",
+            "disaggregated",
+            "--target-rate",
+            "1",
+            "--tpot-slo-ms",
+            "1",
+            "--json",
+            str(tmp_path / "i.json"),
+        ]
+    )
+    assert "no fleet of up to 256 GPUs" in out and "per-token" in out
     row = json.loads((tmp_path / "i.json").read_text())["results"][0]
     assert not row["meets"] and row["impossible"]["slo"] == "TPOT"
 
 
 def test_fixed_rate_on_a_disaggregated_fleet(tmp_path: Path) -> None:
-    _run([*BASE, "--scheduler", "disaggregated", "--arrival-rate", "2", "--gpus", "2", "--prefill-gpus", "1",
-          "--n-requests", "20", "--kv-link-gbps", "25", "--json", str(tmp_path / "d.json")])
+    _run(
+        [
+            *BASE,
+            "--scheduler",
+            "disaggregated",
+            "--arrival-rate",
+            "2",
+            "--gpus",
+            "2",
+            "--prefill-gpus",
+            "1",
+            "--n-requests",
+            "20",
+            "--kv-link-gbps",
+            "25",
+            "--json",
+            str(tmp_path / "d.json"),
+        ]
+    )
     payload = json.loads((tmp_path / "d.json").read_text())
     row = payload["results"][0]
     assert row["scheduler"] == "disaggregated" and row["total_gpus"] == 3 and row["stats"]["finished"] == 20
