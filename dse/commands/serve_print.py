@@ -97,6 +97,17 @@ def _rate_table(payload: dict) -> Any:
     return table
 
 
+def _split(r: dict) -> str:
+    """A disaggregated fleet's prefill + decode GPUs (ranges over seeds) and prefill share: '7-8+9-11 44%'."""
+    if r["scheduler"] != "disaggregated":
+        return "-"
+    seeds = [p for p in r["per_seed"] if p is not None]
+    pre = [p["prefill_gpus"] for p in seeds]
+    dec = [p["gpus"] for p in seeds]
+    share = _range(r["prefill_share_min"], r["prefill_share_max"], ".0%")
+    return f"{_range(min(pre), max(pre), 'd')}+{_range(min(dec), max(dec), 'd')} {share}"
+
+
 def _fleet_table(payload: dict) -> Any:
     from rich.table import Table
 
@@ -109,7 +120,7 @@ def _fleet_table(payload: dict) -> Any:
         f"{payload['seeds']} arrival seeds (GPUs, latencies simulated)"
     )
     cols = ["hardware", "method", "scheduler", "knobs"] + (["accuracy", "floor"] if measured else [])
-    cols += ["GPUs", "prefill share", "binds", "TTFT p99 s", "tok p99 ms"]
+    cols += ["GPUs", "prefill+decode", "binds", "TTFT p99 s", "tok p99 ms"]
     cols += ["$/h", "$/M out tok"] if priced else []
     for col in cols:
         left = col in ("hardware", "method", "scheduler", "knobs", "floor", "binds")
@@ -121,7 +132,7 @@ def _fleet_table(payload: dict) -> Any:
         if not r["meets"]:
             table.add_row(*head, f"none: {_slo_names(r)} (below)", *["-"] * (len(cols) - len(head) - 1))
             continue
-        share = _range(r["prefill_share_min"], r["prefill_share_max"], ".0%")
+        share = _split(r)
         binds = ", ".join(r["binding_slos"]) or "keeping up (floor)"
         row = [
             *head,
@@ -166,8 +177,9 @@ def print_serve(payload: dict) -> None:
         console.print(f"rule: {payload['floor_rule']}")
     if fleet:
         console.print(
-            "GPUs: the fewest meeting every SLO for each seed (disaggregated: prefill + decode), "
-            "min-max over seeds; binds: the SLO the fleet one GPU smaller broke (keeping up (floor): "
+            "GPUs: the fewest meeting every SLO for each seed, min-max over seeds (disaggregated: "
+            "prefill+decode GPUs and the prefill share); "
+            "binds: the SLO the fleet one GPU smaller broke (keeping up (floor): "
             "the answer is the floor below which a fleet cannot keep up with the arrivals); TTFT/tok p99: "
             "the worst seed at its answer"
         )
