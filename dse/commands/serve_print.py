@@ -37,6 +37,14 @@ def _print_failures(console: Any, payload: dict, fleet: bool) -> None:
         if r["meets"]:
             continue
         where = f"{r['hardware']}, {r['method']}, {r['scheduler']}"
+        if fleet and r.get("impossible"):
+            f = r["impossible"]
+            console.print(
+                f"[red]{where}[/]: one sequence alone decodes at {f['p99_s'] * 1e3:.3g} ms per token "
+                f"({f['p99_s'] / f['limit_s']:.2f}x the {f['limit_s'] * 1e3:g} ms per-token limit): no fleet "
+                "meets it"
+            )
+            continue
         if fleet:
             scope = f"no fleet of up to {payload['max_gpus']} GPUs meets the SLOs"
         elif r["mode"] == "highest rate under the SLOs":

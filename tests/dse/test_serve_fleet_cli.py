@@ -109,7 +109,7 @@ def test_fleet_that_cannot_meet_the_per_token_slo(tmp_path: Path) -> None:
             str(tmp_path / "i.json"),
         ]
     )
-    assert "no fleet of up to 256 GPUs" in out and "per-token" in out
+    assert "one sequence alone decodes at" in out and "no fleet meets it" in out
     row = json.loads((tmp_path / "i.json").read_text())["results"][0]
     assert not row["meets"] and row["impossible"]["slo"] == "TPOT"
 
@@ -159,3 +159,28 @@ def test_bad_input_exits_2(args: list[str], says: str, capsys, tmp_path: Path, m
     assert main([*BASE, *args]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+def test_fleet_cap_reached_names_the_ttft_p99(tmp_path: Path) -> None:
+    out = _run(
+        [
+            *BASE,
+            "--scheduler",
+            "chunked",
+            "--target-rate",
+            "2",
+            "--ttft-slo-s",
+            "0.01",
+            "--max-gpus",
+            "3",
+            "--seeds",
+            "1",
+            "--n-requests",
+            "30",
+            "--json",
+            str(tmp_path / "c.json"),
+        ]
+    )
+    assert "no fleet of up to 3 GPUs meets the SLOs: p99 TTFT" in out and "x the limit" in out
+    row = json.loads((tmp_path / "c.json").read_text())["results"][0]
+    assert not row["meets"] and row["failures"][0]["slo"] == "TTFT" and row["failures"][0]["p99_s"] > 0.01
