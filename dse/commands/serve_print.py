@@ -59,15 +59,10 @@ def _rate_table(payload: dict) -> Any:
 
     from dse.commands.capacity_print import accuracy_text
 
+    measured = any(r["accuracy"] is not None for r in payload["results"])
     table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated)")
-    cols = [
-        "hardware",
-        "method",
-        "scheduler",
-        "GPUs",
-        "knobs",
-        "accuracy",
-        "floor",
+    cols = ["hardware", "method", "scheduler", "GPUs", "knobs"] + (["accuracy", "floor"] if measured else [])
+    cols += [
         "rate req/s",
         "TTFT p50 s",
         "TTFT p99 s",
@@ -85,7 +80,8 @@ def _rate_table(payload: dict) -> Any:
         st = r["stats"]
         method = r["method"] + (" (transplanted)" if r["transplanted_method"] else "")
         gpus = f"{r['prefill_gpus']}+{r['gpus']}" if r["prefill_gpus"] else str(r["gpus"])
-        head = [r["hardware"], method, r["scheduler"], gpus, r["knobs"], accuracy_text(r), r["floor_verdict"]]
+        head = [r["hardware"], method, r["scheduler"], gpus, r["knobs"]]
+        head += [accuracy_text(r), r["floor_verdict"]] if measured else []
         if r["mode"] == "highest rate under the SLOs" and not r["meets"]:
             table.add_row(*head, f"0: {_slo_names(r)} (below)", *["-"] * 8)
             continue
