@@ -179,7 +179,7 @@ def test_serve_fixed_rate_and_search(tmp_path: Path) -> None:
         ]
     )
     res = json.loads((tmp_path / "s.json").read_text())["results"][0]
-    assert res["mode"] == "highest rate under both SLOs" and res["rate_per_s"] > 0
+    assert res["mode"] == "highest rate under the SLOs" and res["rate_per_s"] > 0
     assert res["stats"]["ttft_p99_s"] <= 3 and res["stats"]["tpot_p99_s"] <= 0.04
 
 

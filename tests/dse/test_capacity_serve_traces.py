@@ -24,7 +24,7 @@ TINY = ["--task", "passkey", "--context-tokens", "160", "--samples", "1", "--dec
         "--device", "cpu"]
 CAPACITY = ["capacity", *MODEL, "--input-tokens", "1200", "--output-tokens", "16", "--slo-ms", "50"]
 SERVE = ["serve", *MODEL, "--input-tokens", "1200", "--output-tokens", "16", "--n-requests", "6",
-         "--arrival-rate", "1"]
+         "--arrival-rate", "1", "--scheduler", "blocking"]
 
 
 @pytest.fixture(scope="module")

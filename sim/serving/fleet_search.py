@@ -1,0 +1,320 @@
+"""The fewest GPUs of one profile that meet the SLOs at a target Poisson rate, per scheduler, over
+several arrival seeds (the answer is the range across seeds).
+
+Each evaluation simulates the whole fleet (sim/serving/fleet.py) on `n_requests` Poisson arrivals at the
+target rate, stopping early once an SLO is certainly broken. Floors no short stream may undercut, as a
+fleet below them cannot keep up with the arrivals however short the stream (utilisation over 1):
+- prefill: rate x the prompt's prefill seconds (blocking, and the prefill pool of disaggregated);
+- decode: rate x output tokens / the best decode tokens per second one GPU reaches within its memory
+  and the per-token SLO (b / decode_s(b) at the mean context, b up to what fits); no such b means no
+  fleet meets the per-token SLO, answered without a search;
+- blocking adds both (each GPU prefills and decodes).
+Search, one pool (blocking, chunked): from a guess (the sum of both floors; later seeds: the previous
+seed's answer), grow by half until one meets, then bisect between the last failing and the first
+meeting count. Disaggregated: from both floors (later seeds: the previous answer), grow the pool whose
+wait dominates by half (a per-token failure grows the decode pool; TTFT or queueing grows the pool whose
+p99 wait is larger) until one meets, then bisect the decode pool with those prefill GPUs, then the
+prefill pool with those decode GPUs: a greedy search, not an exhaustive one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim.serving.fleet import simulate
+from sim.serving.requests import poisson_requests
+from sim.serving.result import ServingResult
+from sim.serving.schedulers import SchedulerSettings
+from sim.serving.slos import Failure, Slos
+from sim.serving.step_costs import StepCosts
+
+__all__ = ["FleetPoint", "FleetAnswer", "fewest_gpus", "decode_floor"]
+
+
+@dataclass(frozen=True)
+class FleetPoint:
+    """One simulated fleet: its GPUs and whether it met the SLOs (else what broke)."""
+
+    prefill_gpus: int  # disaggregated: the prefill pool; 0 otherwise
+    gpus: int  # serving GPUs (blocking, chunked) or the decode pool
+    meets: bool
+    failures: tuple[Failure, ...]
+    stats: dict[str, Any]
+
+    @property
+    def total(self) -> int:
+        return self.prefill_gpus + self.gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prefill_gpus": self.prefill_gpus,
+            "gpus": self.gpus,
+            "total_gpus": self.total,
+            "meets": self.meets,
+            "failures": [f.to_dict() for f in self.failures],
+            "stats": self.stats,
+        }
+
+
+@dataclass
+class FleetAnswer:
+    scheduler: str
+    router: str
+    rate_per_s: float
+    n_requests: int
+    seeds: tuple[int, ...]
+    answers: list[FleetPoint | None]  # per seed: the fewest GPUs meeting the SLOs (None: none within cap)
+    binding: list[FleetPoint | None]  # per seed: the fleet one GPU smaller that failed (what binds)
+    impossible: Failure | None = None  # no fleet can meet the per-token SLO
+    evaluations: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def met(self) -> list[FleetPoint]:
+        return [a for a in self.answers if a is not None]
+
+    def gpu_range(self) -> tuple[int, int] | None:
+        met = self.met
+        if len(met) < len(self.answers) or not met:
+            return None
+        return min(a.total for a in met), max(a.total for a in met)
+
+    def prefill_share_range(self) -> tuple[float, float] | None:
+        met = self.met
+        if self.scheduler != "disaggregated" or not met:
+            return None
+        shares = [a.prefill_gpus / a.total for a in met]
+        return min(shares), max(shares)
+
+    def binding_slos(self) -> list[str]:
+        seen: list[str] = []
+        for b in self.binding:
+            if b is not None and b.failures and b.failures[0].slo not in seen:
+                seen.append(b.failures[0].slo)
+        return seen
+
+    def to_dict(self) -> dict[str, Any]:
+        rng, share = self.gpu_range(), self.prefill_share_range()
+        return {
+            "scheduler": self.scheduler,
+            "router": self.router,
+            "rate_per_s": self.rate_per_s,
+            "n_requests": self.n_requests,
+            "seeds": list(self.seeds),
+            "gpus_min": None if rng is None else rng[0],
+            "gpus_max": None if rng is None else rng[1],
+            "prefill_share_min": None if share is None else share[0],
+            "prefill_share_max": None if share is None else share[1],
+            "binding_slos": self.binding_slos(),
+            "per_seed": [None if a is None else a.to_dict() for a in self.answers],
+            "binding_per_seed": [None if b is None else b.to_dict() for b in self.binding],
+            "impossible": None if self.impossible is None else self.impossible.to_dict(),
+            "evaluations": self.evaluations,
+            "notes": self.notes,
+        }
+
+
+def decode_floor(
+    costs: StepCosts, rate_per_s: float, input_tokens: int, output_tokens: int, tpot_s: float
+) -> tuple[int, float]:
+    """(GPUs, best tokens/s per GPU) the decode work needs at least (module docstring); (0, step at
+    batch 1) when even one sequence alone is over the per-token SLO."""
+    gpu, host = costs.per_seq_bytes(input_tokens, output_tokens)
+    by_gpu = (costs.gpu_capacity_bytes - costs.gpu_fixed_bytes) // gpu if gpu else 1 << 12
+    by_host = costs.host_capacity_bytes // host if host else 1 << 12
+    fit = int(max(1, min(by_gpu, by_host, 1 << 12)))
+    mean_ctx = input_tokens + output_tokens / 2
+    one = costs.decode_s(1, mean_ctx)
+    if one > tpot_s:
+        return 0, one
+    best, b = 1 / one, 2
+    while b <= fit:  # powers of two, then the fit itself
+        s = costs.decode_s(b, mean_ctx)
+        if s > tpot_s:
+            break
+        best = max(best, b / s)
+        b *= 2
+    if fit > 1 and costs.decode_s(fit, mean_ctx) <= tpot_s:
+        best = max(best, fit / costs.decode_s(fit, mean_ctx))
+    need = rate_per_s * output_tokens / best
+    return max(1, math.ceil(need)), best
+
+
+class _Evaluator:
+    """Simulates fleets of one (profile, method, scheduler, seed), caching each count's verdict."""
+
+    def __init__(
+        self,
+        costs: StepCosts,
+        scheduler: str,
+        router: str,
+        settings: SchedulerSettings,
+        slos: Slos,
+        requests: list,
+    ) -> None:
+        self.costs, self.scheduler, self.router, self.settings, self.slos = (
+            costs,
+            scheduler,
+            router,
+            settings,
+            slos,
+        )
+        self.requests = requests
+        self.points: dict[tuple[int, int], FleetPoint] = {}
+        self.results: dict[tuple[int, int], ServingResult] = {}
+        self.last = (0, 0)  # the largest fleet tried, when none met the SLOs
+
+    def __call__(self, prefill_gpus: int, gpus: int) -> FleetPoint:
+        key = (prefill_gpus, gpus)
+        if key not in self.points:
+            res = simulate(
+                self.requests,
+                self.costs,
+                self.scheduler,
+                gpus,
+                prefill_gpus,
+                self.router,
+                self.settings,
+                self.slos,
+                stop_early=True,
+            )
+            fails = tuple(res.failures(self.slos))
+            st = res.stats(self.slos.ttft_s, self.slos.tpot_s)
+            self.points[key] = FleetPoint(prefill_gpus, gpus, not fails, fails, st)
+            self.results[key] = res
+        return self.points[key]
+
+    def full(self, prefill_gpus: int, gpus: int) -> FleetPoint:
+        """The fleet run to the end (no early stop), so that its verdict has every p99."""
+        res = simulate(
+            self.requests,
+            self.costs,
+            self.scheduler,
+            gpus,
+            prefill_gpus,
+            self.router,
+            self.settings,
+            self.slos,
+        )
+        fails = tuple(res.failures(self.slos))
+        return FleetPoint(prefill_gpus, gpus, not fails, fails, res.stats(self.slos.ttft_s, self.slos.tpot_s))
+
+
+def _smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) -> int | None:
+    """Smallest n in [floor, cap] with meets(n), assuming meets is monotone: grow from the guess by half
+    until one meets, then bisect."""
+    guess = min(max(floor, guess), cap)
+    if meets(guess):
+        hi, lo = guess, floor - 1
+    else:
+        lo = guess
+        hi = None
+        while lo < cap:
+            n = min(cap, max(lo + 1, math.ceil(lo * 1.5)))
+            if meets(n):
+                hi = n
+                break
+            lo = n
+        if hi is None:
+            return None
+    return _bisect(meets, lo, hi)
+
+
+def _bisect(meets: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Smallest n in (lo, hi] with meets(n), given meets(hi) and lo failing (or below the floor)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _disaggregated(
+    ev: _Evaluator, p_floor: int, d_floor: int, cap: int, hint: tuple[int, int] | None
+) -> FleetPoint | None:
+    p, d = hint if hint is not None else (p_floor, d_floor)
+    p, d = max(p, p_floor), max(d, d_floor)
+    while True:
+        pt = ev(p, d)
+        if pt.meets:
+            break
+        if p + d >= cap:
+            ev.last = (p, d)
+            return None
+        res = ev.results[(p, d)]
+        worst = pt.failures[0].slo if pt.failures else "TPOT"
+        with np.errstate(all="ignore"):
+            pre = np.nanpercentile(res.prefill_queue_s, 99) if np.isfinite(res.prefill_queue_s).any() else 0
+            dec = np.nanpercentile(res.decode_wait_s, 99) if np.isfinite(res.decode_wait_s).any() else 0
+        if worst == "TPOT" or dec > pre:
+            d += max(1, d // 2)
+        else:
+            p += max(1, p // 2)
+    # then the fewest decode GPUs with these prefill GPUs, and the fewest prefill GPUs with those
+    d = _bisect(lambda k: ev(p, k).meets, d_floor - 1, d)
+    p = _bisect(lambda k: ev(k, d).meets, p_floor - 1, p)
+    return ev(p, d)
+
+
+def fewest_gpus(
+    costs: StepCosts,
+    scheduler: str,
+    rate_per_s: float,
+    input_tokens: int,
+    output_tokens: int,
+    slos: Slos,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    n_requests: int = 200,
+    router: str = "least-loaded",
+    settings: SchedulerSettings | None = None,
+    max_gpus: int = 512,
+) -> FleetAnswer:
+    """The fewest GPUs meeting `slos` at `rate_per_s` for each seed (module docstring)."""
+    settings = settings or SchedulerSettings()
+    answer = FleetAnswer(scheduler, router, rate_per_s, n_requests, tuple(seeds), [], [])
+    d_floor, best_tps = decode_floor(costs, rate_per_s, input_tokens, output_tokens, slos.tpot_s)
+    if d_floor == 0:
+        answer.impossible = Failure("TPOT", best_tps, slos.tpot_s, n_requests, n_requests)
+        answer.notes.append(
+            f"one sequence alone decodes a step in {best_tps * 1e3:.3g} ms at the mean context: no fleet "
+            f"meets p99 per-token <= {slos.tpot_s * 1e3:g} ms"
+        )
+        answer.answers = [None] * len(seeds)
+        answer.binding = [None] * len(seeds)
+        return answer
+    p_floor = max(1, math.ceil(rate_per_s * costs.prefill_s(input_tokens)))
+    hint: tuple[int, int] | None = None
+    for seed in seeds:
+        reqs = poisson_requests(rate_per_s, n_requests, input_tokens, output_tokens, seed)
+        ev = _Evaluator(costs, scheduler, router, settings, slos, reqs)
+        if scheduler == "disaggregated":
+            found = _disaggregated(ev, p_floor, d_floor, max_gpus, hint)
+            if found is not None:
+                hint = (found.prefill_gpus, found.gpus)
+                below = [
+                    ev.points.get((found.prefill_gpus - 1, found.gpus)),
+                    ev.points.get((found.prefill_gpus, found.gpus - 1)),
+                ]
+                fails = [b for b in below if b is not None and not b.meets]
+                answer.binding.append(fails[0] if fails else None)
+            else:
+                answer.binding.append(ev.full(*ev.last))
+        else:
+            floor = p_floor + d_floor if scheduler == "blocking" else d_floor
+            guess = hint[1] if hint is not None else p_floor + d_floor
+            n = _smallest(lambda k, ev=ev: ev(0, k).meets, floor, guess, max_gpus)
+            found = None if n is None else ev(0, n)
+            if found is not None:
+                hint = (0, n)
+            below = ev.points.get((0, n - 1)) if n is not None else ev.full(0, max_gpus)
+            answer.binding.append(below if below is not None and not below.meets else None)
+        answer.answers.append(found)
+        answer.evaluations += len(ev.points)
+    return answer

@@ -1,0 +1,67 @@
+"""The highest Poisson arrival rate whose p99 SLOs hold on one fleet (by default one GPU): halve from a
+start rate until one meets them, double until one fails, then bisect to a relative tolerance, as
+Vidur's capacity search does (microsoft/vidur vidur/config_optimizer/config_explorer/capacity_search.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.serving.result import ServingResult
+from sim.serving.slos import Failure, Slos
+
+__all__ = ["RateSearch", "max_rate"]
+
+
+@dataclass(frozen=True)
+class RateSearch:
+    rate_per_s: float  # highest rate found meeting the SLOs (0: none, even at the lowest tried)
+    stats: dict[str, Any] | None  # at that rate
+    tried: dict[float, bool]
+    failures: tuple[Failure, ...] = ()  # when none meets: what broke at the lowest rate tried
+
+
+def max_rate(
+    run_at: Callable[[float], ServingResult],
+    ttft_slo_s: float | None,
+    tpot_slo_s: float,
+    start_rate: float = 0.1,
+    rel_tol: float = 0.05,
+    max_evals: int = 24,
+    queue_slo_s: float | None = None,
+) -> RateSearch:
+    """Highest rate meeting p99 TPOT <= tpot_slo_s and p99 TTFT <= ttft_slo_s (without a TTFT SLO: p99
+    queueing <= queue_slo_s, sim/serving/slos.py): at most 8 halvings from `start_rate`, then doubling
+    and bisection to `rel_tol`."""
+    slos = Slos(tpot_slo_s, ttft_slo_s) if queue_slo_s is None else Slos(tpot_slo_s, ttft_slo_s, queue_slo_s)
+    tried: dict[float, bool] = {}
+    stats: dict[float, dict] = {}
+    broke: dict[float, tuple[Failure, ...]] = {}
+
+    def ok(rate: float) -> bool:
+        res = run_at(rate)
+        stats[rate] = res.stats(ttft_slo_s, tpot_slo_s)
+        broke[rate] = tuple(res.failures(slos))
+        tried[rate] = not broke[rate]
+        return tried[rate]
+
+    lo = start_rate
+    for _ in range(8):
+        if ok(lo):
+            break
+        lo /= 2
+    else:
+        lowest = min(tried)
+        return RateSearch(0.0, stats[lowest], tried, broke[lowest])
+    hi = lo * 2
+    while ok(hi) and len(tried) < max_evals:
+        lo, hi = hi, hi * 2
+    while hi / lo > 1 + rel_tol and len(tried) < max_evals:
+        mid = (lo * hi) ** 0.5
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return RateSearch(lo, stats[lo], tried)

@@ -1,0 +1,90 @@
+"""The replica schedulers of the request-level model: their names, their settings and the cost model each
+answer cites.
+
+- `blocking`: as the research runtimes run. Admitted requests are prefilled one after another, alone on
+  the GPU, between two decode steps of the running batch, which waits. The research code prefills a
+  prompt in one forward pass and then decodes, with no chunked prefill: bytedance/ShadowKV
+  models/base.py:196-218 (`prefill`, then the decode loop), mit-han-lab/Quest
+  evaluation/passkey/passkey.py:71-85 (one forward over the prompt, then token by token), rooikeee/FreeKV
+  source/freekv/infer_state.py:502-626 (`_prepare_prefill` / `_finish_prefill` around one pass of the
+  prompt's q_len tokens), like HF transformers' `generate`. The prefill emits the first token.
+- `chunked`: Sarathi-Serve's stall-free batching, vLLM's default. Every iteration has a token budget
+  (`chunk_tokens`, default 512: Sarathi-Serve's and Vidur's chunk size, microsoft/vidur
+  vidur/config/config.py:321-324; vLLM's own `max_num_batched_tokens` default is 2048, or 8192 for its
+  API server on GPUs of 70 GiB or more, vllm/engine/arg_utils.py EngineArgs.get_batch_defaults): one
+  decode token of every running sequence first, then prefill chunks of the admitted prompts in arrival
+  order fill the rest (microsoft/vidur vidur/scheduler/replica_scheduler/sarathi_replica_scheduler.py:
+  74-84, 156-181). An iteration costs the decode step of its batch plus what its chunks add
+  (sim/serving/step_costs.py: GEMMs shared with the decode tokens, chunk attention over the prefix;
+  Sarathi-Serve, arXiv 2403.02310). A prompt's last chunk emits its first token.
+- `disaggregated`: DistServe (arXiv 2401.09670), Splitwise (arXiv 2311.18677), Mooncake (arXiv
+  2407.00079). A prefill pool runs prompts one at a time per GPU (a long prompt alone saturates the GPU's
+  compute, so batching prompts adds no throughput: DistServe section 3.1), then the prompt's KV state
+  (the method's per-sequence bytes after prefill) moves to a decode GPU over a link of `kv_link_gbps`
+  (default 50 GB/s: one 400 Gb/s NDR InfiniBand NIC per GPU, as in a DGX H100 and as Splitwise assumes
+  for H100 machines) once that decode GPU has memory for the sequence; the whole KV moves after the
+  prefill (Splitwise and Mooncake overlap it layer by layer: this is the conservative end). A finished
+  prefill parks its KV on the prefill GPU until then, as many as its memory holds beside the next
+  prompt. The first token reaches the user with the handoff (TTFT = queueing + prefill + decode wait +
+  transfer); the decode pool batches continuously, decode only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import SimInputError
+
+__all__ = [
+    "SCHEDULERS",
+    "SchedulerSettings",
+    "scheduler_model",
+    "check_scheduler",
+    "DEFAULT_CHUNK_TOKENS",
+    "DEFAULT_KV_LINK_GBPS",
+]
+
+DEFAULT_CHUNK_TOKENS = 512
+DEFAULT_KV_LINK_GBPS = 50.0
+
+SCHEDULERS: dict[str, str] = {
+    "blocking": "prefill blocks decode: each prompt prefilled alone between decode steps, as the FreeKV, "
+    "Quest and ShadowKV code and HF generate run (sim/serving/schedulers.py)",
+    "chunked": "chunked prefill (Sarathi-Serve, vLLM's default): a token budget per iteration, decode "
+    "tokens first, prefill chunks fill the rest; iteration = decode step + the chunks' GEMM and prefix "
+    "attention cost (sim/serving/step_costs.py, after Vidur's sarathi scheduler)",
+    "disaggregated": "prefill and decode pools (DistServe, Splitwise, Mooncake): one prompt at a time per "
+    "prefill GPU, the KV moved whole over the link to a decode GPU with room, continuous batching of "
+    "decode only there (sim/serving/schedulers.py)",
+}
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    kv_link_gbps: float = DEFAULT_KV_LINK_GBPS
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens < 1:
+            raise SimInputError(f"--chunk-tokens must be a positive token count, got {self.chunk_tokens}")
+        if not self.kv_link_gbps > 0:
+            raise SimInputError(f"--kv-link-gbps must be a positive GB/s, got {self.kv_link_gbps}")
+
+    def text(self, scheduler: str) -> str:
+        if scheduler == "chunked":
+            return f"{self.chunk_tokens} tokens per iteration"
+        if scheduler == "disaggregated":
+            return f"KV link {self.kv_link_gbps:g} GB/s"
+        return ""
+
+
+def check_scheduler(name: str, flag: str = "--scheduler") -> str:
+    if name not in SCHEDULERS:
+        raise SimInputError(f"{flag}: unknown scheduler {name!r}; valid: {', '.join(SCHEDULERS)}")
+    return name
+
+
+def scheduler_model(name: str, settings: SchedulerSettings) -> str:
+    """The one-line cost model an output prints for scheduler `name`."""
+    extra = settings.text(name)
+    return f"{name}: {SCHEDULERS[check_scheduler(name)]}" + (f"; {extra}" if extra else "")

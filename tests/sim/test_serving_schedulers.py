@@ -1,0 +1,154 @@
+"""sim.serving schedulers, routers and the fleet search on tiny streams: the blocking scheduler reproduces
+the single-GPU model it replaced, chunked iterations stay within their token budget and sum to the
+prefill, a disaggregated TTFT carries the KV transfer, routers route as named, the fewest-GPUs answer
+grows with the rate, and verdicts name the SLO that broke."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import SimConfig
+from sim.serving import (
+    Request,
+    SchedulerSettings,
+    Slos,
+    StepCosts,
+    fewest_gpus,
+    max_rate,
+    poisson_requests,
+    serve,
+    simulate,
+)
+
+MODEL = "llama-3.1-8b"
+
+
+@pytest.fixture(scope="module")
+def a100_dense() -> StepCosts:
+    cfg = SimConfig(
+        model=MODEL, hardware="a100-40g-pcie4", method="dense", input_tokens=16384, output_tokens=64
+    )
+    return StepCosts(cfg, None)
+
+
+@pytest.fixture(scope="module")
+def h100_dense() -> StepCosts:
+    cfg = SimConfig(model=MODEL, hardware="h100-sxm", method="dense", input_tokens=8192, output_tokens=64)
+    return StepCosts(cfg, None)
+
+
+def test_blocking_reproduces_the_single_gpu_model_it_replaced(a100_dense: StepCosts) -> None:
+    # golden values from sim/serving.py before it became a package (same stream, same costs)
+    res = serve(poisson_requests(0.3, 40, 16384, 64, seed=3), a100_dense)
+    st = res.stats(5.0, 0.05)
+    assert st["ttft_p99_s"] == pytest.approx(2.8642814187105805, rel=1e-9)
+    assert st["tpot_p99_s"] == pytest.approx(0.14870282450596678, rel=1e-9)
+    assert st["max_batch"] == 8 and len(res.step_s) == 1461
+
+
+def test_chunked_iterations_never_exceed_the_token_budget(h100_dense: StepCosts) -> None:
+    reqs = [Request(0.01 * i, 300 + 37 * i, 20) for i in range(12)]
+    for budget in (64, 100):
+        res = simulate(reqs, h100_dense, "chunked", settings=SchedulerSettings(chunk_tokens=budget))
+        assert 0 < res.max_iteration_tokens <= budget
+        assert np.all(np.isfinite(res.finish_s))
+
+
+def test_chunk_costs_sum_to_the_one_pass_prefill(h100_dense: StepCosts) -> None:
+    n, total, done = 8192, 0.0, 0
+    while done < n:
+        c = min(512, n - done)
+        total += h100_dense.chunks_s([(c, done, n)], 0)
+        done += c
+    assert total == pytest.approx(h100_dense.prefill_s(n), rel=0.05)
+    # a chunk added to a decode batch shares its weight reads: it costs less than alone
+    assert h100_dense.chunks_s([(512, 4096, n)], 8) < h100_dense.chunks_s([(512, 4096, n)], 0)
+
+
+def test_chunked_alone_ttft_is_its_chunked_prefill(h100_dense: StepCosts) -> None:
+    res = simulate([Request(1.0, 8192, 16)], h100_dense, "chunked")
+    assert res.ttft_s[0] == pytest.approx(h100_dense.prefill_s(8192), rel=0.05)
+
+
+def test_disaggregated_ttft_includes_the_kv_transfer(h100_dense: StepCosts) -> None:
+    req = [Request(0.5, 8192, 16)]
+    kv = h100_dense.kv_bytes(8192)
+    fast = simulate(req, h100_dense, "disaggregated", 1, 1, settings=SchedulerSettings(kv_link_gbps=50))
+    slow = simulate(req, h100_dense, "disaggregated", 1, 1, settings=SchedulerSettings(kv_link_gbps=5))
+    assert fast.ttft_s[0] == pytest.approx(h100_dense.prefill_s(8192) + kv / 50e9, rel=1e-9)
+    assert slow.ttft_s[0] - fast.ttft_s[0] == pytest.approx(kv / 5e9 - kv / 50e9, rel=1e-9)
+    assert kv > 8192 * 2 * 32 * 8 * 128 * 2 * 0.99  # the prompt's K and V, all layers
+
+
+def test_disaggregated_decode_is_never_stalled_by_prefill(h100_dense: StepCosts) -> None:
+    reqs = [Request(0.0, 8192, 200), Request(0.5, 8192, 200)]
+    blocking = simulate(reqs, h100_dense, "blocking")
+    disagg = simulate(reqs, h100_dense, "disaggregated", 1, 1)
+    # the first request's decode waits for the second's prefill only when they share the GPU
+    assert disagg.tpot_s[0] < blocking.tpot_s[0]
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded"])
+def test_routers(h100_dense: StepCosts, router: str) -> None:
+    # r0 decodes long on GPU 0; r1 arrives and is short (GPU 1); r2 arrives once r1 is done
+    alone = h100_dense.prefill_s(8192)
+    reqs = [Request(0.0, 8192, 400), Request(0.001, 8192, 2), Request(3 * alone, 8192, 2)]
+    res = simulate(reqs, h100_dense, "blocking", replicas=2, router=router)
+    r0_alone = simulate(reqs[:1], h100_dense, "blocking")
+    if router == "round-robin":  # r2 goes to GPU 0 (its turn) and its prefill stalls r0's decode
+        assert res.tpot_s[0] > r0_alone.tpot_s[0] * 1.01
+    else:  # r2 goes to the idle GPU 1
+        assert res.tpot_s[0] == pytest.approx(r0_alone.tpot_s[0], rel=1e-9)
+
+
+def test_same_inputs_same_result(h100_dense: StepCosts) -> None:
+    reqs = poisson_requests(3.0, 30, 8192, 64, seed=1)
+    a = simulate(reqs, h100_dense, "disaggregated", 2, 1)
+    b = simulate(reqs, h100_dense, "disaggregated", 2, 1)
+    assert np.array_equal(a.ttft_s, b.ttft_s) and np.array_equal(a.tpot_s, b.tpot_s, equal_nan=True)
+
+
+def test_fewest_gpus_grows_with_the_rate(h100_dense: StepCosts) -> None:
+    slos = Slos(tpot_s=0.03, ttft_s=2.0)
+    totals = []
+    for rate in (1.0, 3.0, 6.0):
+        ans = fewest_gpus(h100_dense, "chunked", rate, 8192, 64, slos, seeds=(0,), n_requests=60)
+        assert ans.gpu_range() is not None
+        totals.append(ans.gpu_range()[0])
+    assert totals == sorted(totals) and totals[-1] > totals[0]
+
+
+def test_disaggregated_answer_counts_both_pools(h100_dense: StepCosts) -> None:
+    ans = fewest_gpus(
+        h100_dense, "disaggregated", 4.0, 8192, 64, Slos(0.03, 2.0), seeds=(0, 1), n_requests=60
+    )
+    met = ans.met
+    assert len(met) == 2 and all(a.prefill_gpus >= 1 and a.gpus >= 1 for a in met)
+    lo, hi = ans.prefill_share_range()
+    assert 0 < lo <= hi < 1
+    d = ans.to_dict()
+    assert d["scheduler"] == "disaggregated" and d["gpus_min"] == min(a.total for a in met)
+
+
+def test_verdict_names_the_broken_slo(h100_dense: StepCosts) -> None:
+    res = simulate(poisson_requests(2.0, 30, 8192, 64, seed=0), h100_dense)
+    slos = Slos(tpot_s=0.001, ttft_s=100.0)
+    fails = res.failures(slos)
+    assert [f.slo for f in fails] == ["TPOT"] and fails[0].p99_s > 0.001
+    assert "per-token" in fails[0].text() and "> 1 ms" in fails[0].text()
+    found = max_rate(lambda r: simulate(poisson_requests(r, 20, 8192, 64, 0), h100_dense), None, 0.001)
+    assert found.rate_per_s == 0 and found.failures and found.failures[0].slo == "TPOT"
+
+
+def test_no_fleet_meets_a_per_token_slo_below_one_sequence_alone(h100_dense: StepCosts) -> None:
+    ans = fewest_gpus(h100_dense, "blocking", 1.0, 8192, 64, Slos(0.001), seeds=(0, 1), n_requests=40)
+    assert ans.gpu_range() is None and ans.impossible is not None and ans.impossible.slo == "TPOT"
+    assert ans.evaluations == 0
+
+
+def test_early_stop_says_which_slo(h100_dense: StepCosts) -> None:
+    reqs = poisson_requests(20.0, 200, 8192, 64, seed=0)
+    res = simulate(reqs, h100_dense, "blocking", slos=Slos(0.03, 1.0), stop_early=True)
+    assert res.stopped_by in ("TTFT", "TPOT") and not res.meets(Slos(0.03, 1.0))
+    assert not np.isfinite(res.finish_s).all()  # it stopped before serving everything
