@@ -1,6 +1,8 @@
 """The capacity answer with accuracy: candidates from evidence, each priced on its own demand, decided.
 
-`evidence_options(...)` builds one `dse.accuracy.decide.Option` per (profile, method, knobs) candidate:
+`candidate_answers(...)` narrows the question to each candidate and answers it (dse capacity and dse
+serve both price candidates through it); `evidence_options(...)` builds one `dse.accuracy.decide.Option`
+per (profile, method, knobs) candidate:
 - candidates: each method's configurations with accuracy evidence (`--accuracy-from`, `--measure`); a
   method with none is priced at the given knobs and shown without evidence;
 - demand: the candidate's own trace (its measured run) for a method whose costs depend on one, else the
@@ -13,13 +15,15 @@ Never imports torch (a measurement imports it in dse.accuracy.measure).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dse.accuracy.decide import Option
 from dse.accuracy.evidence import RETRIEVAL_KEYS, Evidence, pair_with_dense
 
-__all__ = ["candidates", "evidence_options", "planned_configs", "demand_of", "question_knobs",
+__all__ = ["candidates", "CandidateAnswer", "candidate_answers", "evidence_options", "planned_configs",
+           "demand_of", "question_knobs",
            "gather_evidence", "floor_of", "parse_budgets", "accuracy_fields", "finite_or_none",
            "resolved_knobs"]
 
@@ -94,30 +98,51 @@ def question_knobs(method: str, knobs: dict[str, Any]) -> tuple[dict[str, Any], 
     return q_knobs, {k: v for k, v in options.items() if k in sim_names}
 
 
-def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence | None]],
-                     dense: list[Evidence], ratio: float | None, slo_s: float, stat: str,
-                     price: dict[str, dict[str, Any]],
-                     fixed_demand: bool = False) -> tuple[list[Option], list[str]]:
-    """One Option per (profile, candidate): `base` is the Question (model, profiles, workload, what-ifs)
-    each candidate narrows to its method, knobs and own demand (fixed_demand: `base.demand` for all, as
-    --demand gives it). Returns (options, notes)."""
-    from sim.capacity import capacity
-    from sim.replay import answer
-    from sim.replay import answer as check
+@dataclass(frozen=True)
+class CandidateAnswer:
+    """One candidate (method, planned knobs, evidence) answered by the replay service on its own
+    demand (or the given one): `how` says how the demand was chosen, `source` is the DemandSource."""
 
-    options, notes = [], []
+    method: str
+    knobs: dict[str, Any]
+    evidence: Evidence | None
+    answer: Any
+    source: Any
+    how: str
+
+
+def candidate_answers(base: Any, cands: list[tuple[str, dict[str, Any], Evidence | None]],
+                      fixed_demand: bool = False, demand_ends: bool = False) -> Iterator[CandidateAnswer]:
+    """Each candidate narrowed from `base` (the Question: model, profiles, workload, what-ifs) to its
+    method, knobs and own demand (fixed_demand: `base.demand` for all, as --demand gives it, checked
+    once up front so that one refusal names every method that may not price it), answered by
+    sim.replay.answer. Notes name a knob the candidate sets (measured or planned) as the candidate's,
+    not as the user's flag."""
+    from sim.replay import answer
+
     if fixed_demand:
-        check(base)  # one refusal naming every method that may not price the given demand
+        answer(base)
     for method, knobs, ev in cands:
         q_knobs, sim_options = question_knobs(method, knobs)
         source, how = ((base.demand, "given by --demand") if fixed_demand
                        else demand_of(method, ev, q_knobs.get("tau")))
-        # a knob the candidate sets (measured or planned), not the user's flag, is named as such in notes
         named = {k: f"the candidate's {k}" for k, v in q_knobs.items() if base.knobs.get(k) != v}
         q = replace(base, methods=(method,), demand=source, knobs={**base.knobs, **q_knobs},
-                    method_options={**base.method_options, **sim_options}, demand_ends=True,
+                    method_options={**base.method_options, **sim_options}, demand_ends=demand_ends,
                     names={**base.names, **named})
-        ans = answer(q)
+        yield CandidateAnswer(method, knobs, ev, answer(q), source, how)
+
+
+def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence | None]],
+                     dense: list[Evidence], ratio: float | None, slo_s: float, stat: str,
+                     price: dict[str, dict[str, Any]],
+                     fixed_demand: bool = False) -> tuple[list[Option], list[str]]:
+    """One Option per (profile, candidate) (candidate_answers). Returns (options, notes)."""
+    from sim.capacity import capacity
+
+    options, notes = [], []
+    for cand in candidate_answers(base, cands, fixed_demand, demand_ends=True):
+        method, knobs, ev, ans = cand.method, cand.knobs, cand.evidence, cand.answer
         notes += [n for n in ans.table_notes() if n not in notes]
         verdict, ref = floor_of(ev, method, dense, ratio, base.seed)
         for hw in base.hardware:
@@ -130,13 +155,13 @@ def evidence_options(base: Any, cands: list[tuple[str, dict[str, Any], Evidence 
             options.append(Option(
                 hardware=hw, method=method, knobs=resolved_knobs(knobs, ans), capacity=central, evidence=ev,
                 verdict=verdict,
-                demand=f"{ans.demand.label} ({how})", transplant=cells[0].transplant,
+                demand=f"{ans.demand.label} ({cand.how})", transplant=cells[0].transplant,
                 transplanted_method=cells[0].transplanted_method,
                 ends={k: v for k, v in found.items() if k != central_end},
                 price_per_hour_usd=price.get(hw, {}).get("price_per_hour_usd"),
                 floor_given=ratio is not None,
                 extra={"dense_evidence": ref, "config": cells[0].config,
-                       "capacity_answer": answers[central_end], "demand_source": source,
+                       "capacity_answer": answers[central_end], "demand_source": cand.source,
                        "priced_demand": cells[0].priced_demand},
             ))
     return options, notes

@@ -18,7 +18,6 @@ torch.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -228,12 +227,11 @@ def command(
     from dse.commands.capacity import load_prices
     from dse.commands.capacity_evidence import (
         accuracy_fields,
+        candidate_answers,
         candidates,
-        demand_of,
         floor_of,
         gather_evidence,
         parse_budgets,
-        question_knobs,
         resolved_knobs,
     )
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
@@ -241,7 +239,7 @@ def command(
     from dse.commands.serve_rows import ServePlan, fleet_row, rate_row
     from dse.paths import check_output_file
     from sim import SimInputError
-    from sim.replay import DemandSource, Question, answer
+    from sim.replay import DemandSource, Question
     from sim.serving import SchedulerSettings, Slos, StepCosts, load_requests, scheduler_model
     from sim.serving.schedulers import check_scheduler
 
@@ -305,26 +303,15 @@ def command(
         base, accuracy_from, measure, measure_model, accuracy_metric, parse_budgets(budgets)
     )
     dense = [e for e in evidence if e.method == "dense"]
-    if demand is not None:
-        answer(base)  # one refusal naming every method that may not price the given demand
     results, notes, labels = [], list(ev_notes), []
     notes += [
         f"--prices {prices}: no price for {h}: its fleet is not priced"
         for h in base.hardware
         if price and h not in price
     ]
-    for method, knobs, ev in candidates(base.methods, evidence, dict(base.knobs)):
-        q_knobs, sim_options = question_knobs(method, knobs)
-        source = base.demand if demand is not None else demand_of(method, ev, q_knobs.get("tau"))[0]
-        ans = answer(
-            replace(
-                base,
-                methods=(method,),
-                demand=source,
-                knobs={**base.knobs, **q_knobs},
-                method_options={**base.method_options, **sim_options},
-            )
-        )
+    cands = candidates(base.methods, evidence, dict(base.knobs))
+    for cand in candidate_answers(base, cands, fixed_demand=demand is not None):
+        method, knobs, ev, ans = cand.method, cand.knobs, cand.evidence, cand.answer
         notes += [n for n in ans.table_notes() if n not in notes]
         labels.append(f"{method}: {ans.demand.label}")
         verdict, ref = floor_of(ev, method, dense, min_accuracy_ratio, seed)
