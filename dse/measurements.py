@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +30,7 @@ from dse.errors import DseError
 from dse.objective import Evaluation
 from dse.search_space import TrialConfig
 from dse.study import Study
+from traces.atomic_write import atomic_write_text
 
 __all__ = ["MeasurementStore", "measurement_key", "exclusive", "NOT_MEASURING"]
 
@@ -91,17 +91,11 @@ class MeasurementStore:
     def save(self, key: str, ev: Evaluation) -> Path:
         """Write `ev` atomically (a temporary file renamed into place); returns the file."""
         path = self.path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         text = json.dumps({"key": key, "evaluation": asdict(ev)}, default=_jsonable)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomic_write_text(path, text)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise DseError(
                 f"cannot save the finished measurement to {path} ({exc.strerror or exc}); free space in "
                 "out_dir or choose another (--set out_dir=...)"

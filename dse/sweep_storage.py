@@ -48,8 +48,8 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
     rdb_url = _with_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if scheme == "sqlite":
-        path = url.removeprefix("sqlite:///")
-        if path and path != ":memory:":
+        path = _sqlite_file(url)
+        if path is not None:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -103,6 +103,21 @@ def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials ar
             f"({type(orig).__name__}). Nothing finished is lost: {note}. Fix the storage (free disk space, "
             "raise the file-size limit, reconnect the database) and run the same command again."
         ) from None
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The database file of a `sqlite:` URL; DseError for an in-memory database (`sqlite://`,
+    `sqlite:///:memory:`, `mode=memory`), whose trials would vanish with the process that made them."""
+    rest = url.split("://", 1)[1]
+    path = rest[1:] if rest.startswith("/") else rest
+    path_only = path.split("?", 1)[0]
+    if path_only in ("", ":memory:") or "mode=memory" in path or path_only.startswith("file::memory:"):
+        raise DseError(
+            f"storage {url!r} is an in-memory SQLite database: a sweep's trials and a report's source must "
+            "outlast the process, and each worker would see its own empty database. Give a file, e.g. "
+            "sqlite:///out/study.db (created if missing), or a server URL (postgresql://user@host/db)."
+        )
+    return path_only
 
 
 def _creation_race(exc: Exception) -> bool:
