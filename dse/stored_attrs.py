@@ -72,6 +72,7 @@ def _replays_problem(ua: dict[str, Any]) -> str | None:
     return None
 
 
+_INTERVAL_KEYS = ("value", "low", "high")
 _MAPPINGS = ("config", "accuracy_ci", "trace_dirs", "trace_summary", "worker")
 
 
@@ -86,8 +87,8 @@ def _common_problem(ua: dict[str, Any]) -> str | None:
     if samples and not _dict_of(samples, _list_of_mappings):
         return "'accuracy_samples' is not a mapping of metric names to lists of per-prompt results"
     for key, ci in (ua.get("accuracy_ci") or {}).items():
-        if not _dict_of(ci, _is_finite_or_none):
-            return f"'accuracy_ci[{key!r}]' is {ci!r}, not a mapping of numbers"
+        if not isinstance(ci, dict) or not all(_is_finite_or_none(ci.get(k)) for k in _INTERVAL_KEYS):
+            return f"'accuracy_ci[{key!r}]' is {ci!r}, not an interval (value, low, high: numbers)"
     if "trace_dir" in ua and not isinstance(ua["trace_dir"], str | None):
         return f"'trace_dir' is {ua['trace_dir']!r}, not a path"
     return _replays_problem(ua)
@@ -99,12 +100,14 @@ def trial_attr_problem(user_attrs: dict[str, Any], values: Any = None) -> str | 
         return problem
     if "constraints" in user_attrs and not _dict_of(user_attrs["constraints"], _is_number):
         return f"'constraints' is {user_attrs['constraints']!r}, not a mapping of names to numbers"
-    for key, ok in (("feasible", lambda v: isinstance(v, bool | None)),
-                    ("duplicate_of", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))),
-                    ("error", lambda v: isinstance(v, str | None)),
-                    ("interrupted", lambda v: isinstance(v, str | None)),
-                    ("skipped", lambda v: isinstance(v, str | None)),
-                    ("wall_s", _is_finite_or_none)):
+    for key, ok in (
+        ("feasible", lambda v: isinstance(v, bool | None)),
+        ("duplicate_of", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))),
+        ("error", lambda v: isinstance(v, str | None)),
+        ("interrupted", lambda v: isinstance(v, str | None)),
+        ("skipped", lambda v: isinstance(v, str | None)),
+        ("wall_s", _is_finite_or_none),
+    ):
         if key in user_attrs and not ok(user_attrs[key]):
             return f"'{key}' is {user_attrs[key]!r} ({type(user_attrs[key]).__name__})"
     if values is not None and not all(_is_number(v) for v in values):

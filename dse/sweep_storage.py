@@ -33,9 +33,15 @@ _OPEN_ATTEMPTS = 4
 _SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
-def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, heartbeat: bool = True) -> Any:
+def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, heartbeat: bool = True,
+                 start_lock: Path | None = None) -> Any:
     """An optuna RDBStorage for `url` (with heartbeats unless `heartbeat` is False, e.g. for reading);
-    DseError naming the URL when it cannot open."""
+    DseError naming the URL when it cannot open.
+
+    start_lock: a lock file shared by the workers of this machine; taking a WAITING trial (a re-queued
+    one) happens under it, so that two workers never both start the same trial. Optuna checks the
+    trial's state inside the update, but SQLite has no row locks: two processes may both read WAITING
+    and both write RUNNING (PostgreSQL's SELECT ... FOR UPDATE serialises that by itself)."""
     import optuna
 
     scheme = url.split(":", 1)[0].split("+", 1)[0]
@@ -67,8 +73,10 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    rdb_url, engine_kwargs=engine_kwargs,
+                cls = optuna.storages.RDBStorage if start_lock is None else _start_locked_class()
+                extra = {} if start_lock is None else {"start_lock": start_lock}
+                return cls(
+                    rdb_url, engine_kwargs=engine_kwargs, **extra,
                     heartbeat_interval=HEARTBEAT_INTERVAL_S if heartbeat else None,
                     grace_period=GRACE_PERIOD_S if heartbeat else None,
                     heartbeat_stale_trial_callback=on_stale if heartbeat else None,
@@ -81,6 +89,28 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
     text = str(last).strip()
     first = text.splitlines()[0] if text else type(last).__name__
     raise DseError(f"cannot open the Optuna storage {url!r}: {first}")
+
+
+def _start_locked_class() -> type:
+    """RDBStorage whose WAITING -> RUNNING transition (Study.ask popping a re-queued trial) holds a file
+    lock, re-reading the trial's state under it."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dse.file_lock import exclusive
+
+    class StartLockedRDBStorage(optuna.storages.RDBStorage):
+        def __init__(self, *args: Any, start_lock: Path, **kwargs: Any) -> None:
+            self.start_lock = start_lock
+            super().__init__(*args, **kwargs)
+
+        def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+            if state != TrialState.RUNNING:
+                return super().set_trial_state_values(trial_id, state, values)
+            with exclusive(self.start_lock):
+                return super().set_trial_state_values(trial_id, state, values)
+
+    return StartLockedRDBStorage
 
 
 @contextlib.contextmanager

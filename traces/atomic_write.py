@@ -24,8 +24,9 @@ __all__ = ["atomic_write_text", "atomic_write_bytes", "atomic_open"]
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | None = "utf-8",
-                newline: str | None = None) -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike[str], mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None
+) -> Iterator[IO[Any]]:
     """Open a temporary file in `path`'s directory for writing (`mode` "w" or "wb"); when the block ends
     without an exception it is flushed, fsynced and renamed to `path` (the file keeps the permissions a
     newly created file would get). On an exception the temporary file is removed and `path` is untouched."""
