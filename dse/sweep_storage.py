@@ -104,6 +104,17 @@ def _start_locked_class() -> type:
             self.start_lock = start_lock
             super().__init__(*args, **kwargs)
 
+        def record_heartbeat(self, trial_id: int) -> None:
+            """In Optuna's heartbeat thread: a lost connection is reported once, by the main thread's
+            next storage call (storage_errors), not as a thread traceback."""
+            from optuna.exceptions import StorageInternalError
+            from sqlalchemy.exc import SQLAlchemyError
+
+            try:
+                super().record_heartbeat(trial_id)
+            except (SQLAlchemyError, StorageInternalError):
+                return
+
         def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
             if state != TrialState.RUNNING:
                 return super().set_trial_state_values(trial_id, state, values)
@@ -123,7 +134,10 @@ def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials ar
 
     try:
         yield
-    except (SQLAlchemyError, StorageInternalError) as exc:
+    except Exception as raised:  # noqa: BLE001 - only a storage failure is turned into the message
+        exc = _storage_failure(raised, (SQLAlchemyError, StorageInternalError))
+        if exc is None:
+            raise
         cause = exc.__cause__ if isinstance(exc, StorageInternalError) and exc.__cause__ else exc
         orig = getattr(cause, "orig", None) or cause
         text = " ".join(str(orig).split()) or type(orig).__name__
@@ -148,6 +162,20 @@ def _sqlite_file(url: str) -> str | None:
             "sqlite:///out/study.db (created if missing), or a server URL (postgresql://user@host/db)."
         )
     return path_only
+
+
+def _storage_failure(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The storage error `exc` is, or that it was raised while handling (Optuna, cleaning up after a lost
+    connection, can itself fail on the dead connection and raise something else: e.g. an UnboundLocalError
+    in its trial bookkeeping with the StorageInternalError as its context); None for any other error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _creation_race(exc: Exception) -> bool:

@@ -89,7 +89,9 @@ def test_killed_jobs2_group_resumed_ten_times(tmp_path: Path) -> None:
         with open(log, "w") as handle:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            delay_s = rng.uniform(2.0, 25.0)
+            # even cycles: kill right after the next trial finishes (so the study advances); odd cycles:
+            # kill both workers in the middle of their measurements, a random time after both started
+            delay_s = rng.uniform(2.0, 25.0) if cycle % 2 else float("inf")
             before = {t.number for t in _trials(url)}  # trials of earlier cycles (dead workers)
             both_since = None
             deadline = time.monotonic() + 600
