@@ -105,6 +105,10 @@ def _from_trace(trace: Any, model: str) -> ResolvedDemand:
     reader = trace if hasattr(trace, "steps") and hasattr(trace, "meta") else open_trace(trace)
     demand = demand_from_trace(reader, target_model=model)  # dense attention: Demand.dense_attention
     status = trace_status_note(reader)
+    if "method" not in reader.meta.runtime:
+        legacy = (f"the trace {reader.path} records no method (meta.runtime.method): read as FreeKV's, as "
+                  "traces were written before methods were recorded")
+        status = f"{status}; {legacy}" if status else legacy
     dense = " (dense attention: no recall demand)" if demand.dense_attention else ""
     label = f"trace {reader.path}{dense}"
     info = {"path": str(reader.path), "complete": reader.complete, "truncated": reader.truncated,
