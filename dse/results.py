@@ -311,8 +311,10 @@ def list_studies(storage_url: str) -> list[str]:
     """Names of the studies in an Optuna storage."""
     import optuna
 
-    from dse.sweep_storage import open_storage
+    from dse.sweep_storage import open_storage, sqlite_path
 
+    if storage_url.startswith("sqlite:"):
+        sqlite_path(storage_url)  # an in-memory database holds no study: refused with the reason
     if storage_url.startswith("sqlite:///"):
         path = Path(storage_url.removeprefix("sqlite:///"))
         if not path.is_file():

@@ -22,8 +22,8 @@ from typing import Any
 
 from dse.errors import DseError
 
-__all__ = ["open_storage", "storage_errors", "counts_toward_budget", "recover_interrupted", "requeue",
-           "pid_alive", "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S", "ORPHAN_AFTER_S"]
+__all__ = ["open_storage", "sqlite_path", "storage_errors", "counts_toward_budget", "recover_interrupted",
+           "requeue", "pid_alive", "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S", "ORPHAN_AFTER_S"]
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 60
@@ -54,7 +54,7 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
     rdb_url = _with_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if scheme == "sqlite":
-        path = _sqlite_file(url)
+        path = sqlite_path(url)
         if path is not None:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials ar
         ) from None
 
 
-def _sqlite_file(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
     """The database file of a `sqlite:` URL; DseError for an in-memory database (`sqlite://`,
     `sqlite:///:memory:`, `mode=memory`), whose trials would vanish with the process that made them."""
     rest = url.split("://", 1)[1]

@@ -80,15 +80,26 @@ def test_killed_jobs2_group_resumed_ten_times(tmp_path: Path) -> None:
     path.write_text(STUDY)
     out = tmp_path / "out"
     url = f"sqlite:///{out / 'study.db'}"
-    cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--set", f"out_dir={out}", "--no-progress",
-           "--jobs", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dse.cli",
+        "sweep",
+        str(path),
+        "--set",
+        f"out_dir={out}",
+        "--no-progress",
+        "--jobs",
+        "2",
+    ]
     rng = random.Random(0)
     finished: dict[int, tuple] = {}
     for cycle in range(10):
         log = tmp_path / f"cycle-{cycle}.log"
         with open(log, "w") as handle:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
             # even cycles: kill right after the next trial finishes (so the study advances); odd cycles:
             # kill both workers in the middle of their measurements, a random time after both started
             delay_s = rng.uniform(2.0, 25.0) if cycle % 2 else float("inf")
@@ -98,8 +109,11 @@ def test_killed_jobs2_group_resumed_ten_times(tmp_path: Path) -> None:
             try:
                 while proc.poll() is None and time.monotonic() < deadline:
                     trials = _trials(url) if (out / "study.db").exists() else []
-                    running = [t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get("worker")
-                               and t.number not in before]
+                    running = [
+                        t
+                        for t in trials
+                        if t.state.name == "RUNNING" and t.user_attrs.get("worker") and t.number not in before
+                    ]
                     done = {t.number for t in trials if t.state.name == "COMPLETE"}
                     if done - finished.keys():
                         break  # a new trial finished: kill right after it

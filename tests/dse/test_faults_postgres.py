@@ -60,8 +60,20 @@ def test_postgres_stopped_mid_sweep(tmp_path: Path) -> None:
     path = tmp_path / "stopped.yaml"
     path.write_text(tiny_grid_study("stopped"))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "dse.cli", "sweep", str(path), "--storage", url, "--set", f"out_dir={out}",
-           "--no-progress", "--jobs", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dse.cli",
+        "sweep",
+        str(path),
+        "--storage",
+        url,
+        "--set",
+        f"out_dir={out}",
+        "--no-progress",
+        "--jobs",
+        "2",
+    ]
     try:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 600
