@@ -21,7 +21,7 @@ from dse.sweep_storage import ORPHAN_AFTER_S, open_storage
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed")]
 
 ROOT = Path(__file__).resolve().parents[2]
-TAUS = (0.8, 0.85, 0.9, 0.95)
+TAUS = (0.75, 0.8, 0.85, 0.9, 0.95)
 STUDY = f"""\
 name: killed
 model: {{name: smollm2-135m}}
@@ -132,8 +132,7 @@ def test_killed_jobs2_group_resumed_ten_times(tmp_path: Path) -> None:
         finished = _check_kept(url, finished)
         measured = _measured(_trials(url))
         assert len(measured) == len(set(measured)), f"cycle {cycle}: a configuration was measured twice"
-        if proc.returncode == 0:
-            break  # the budget was filled before this cycle's kill
+        # a cycle that ended by itself (the budget filled) is a resume too: the next ones must add nothing
         if any(t.state.name == "RUNNING" and not t.user_attrs.get("worker") for t in _trials(url)):
             time.sleep(ORPHAN_AFTER_S + 1)  # an orphan (killed before recording its worker) ages first
 
