@@ -15,6 +15,8 @@ naming the key, instead of measuring for minutes and then failing or leaving a t
 
 from __future__ import annotations
 
+import itertools
+
 from dse.errors import DseError
 from dse.study import Study
 from traces.catalogue import DENSE
@@ -34,8 +36,9 @@ def check_trial_inputs(study: Study) -> None:
 def _check_seeds(study: Study) -> None:
     for key, seed in (("seed", study.seed), ("sampler.seed", study.sampler.seed)):
         if not 0 <= seed <= MAX_SEED:
-            raise DseError(f"{key}: {seed} is not a valid seed; give an integer from 0 to {MAX_SEED} "
-                           "(2**32 - 1)")
+            raise DseError(
+                f"{key}: {seed} is not a valid seed; give an integer from 0 to {MAX_SEED} (2**32 - 1)"
+            )
 
 
 def _check_tasks(study: Study) -> None:
@@ -43,8 +46,13 @@ def _check_tasks(study: Study) -> None:
     from freekv_runtime.tasks import TaskSpec, get_task
 
     for i, task in enumerate(study.tasks):
-        spec = TaskSpec(name=task.name, context_tokens=task.context_tokens, n_samples=task.samples,
-                        decode_tokens=task.decode_tokens, params=dict(task.params))
+        spec = TaskSpec(
+            name=task.name,
+            context_tokens=task.context_tokens,
+            n_samples=task.samples,
+            decode_tokens=task.decode_tokens,
+            params=dict(task.params),
+        )
         try:
             get_task(task.name).check(spec)
         except RuntimeInputError as exc:
@@ -58,25 +66,26 @@ def _check_replays(study: Study) -> None:
     w = study.workload
     contexts = list(dict.fromkeys([w.input_tokens, *w.context_lengths]))
     methods = list(dict.fromkeys([DENSE, *study.search.method]))
-    dense_layers = tuple(study.search.dense_layers)
     for model in study.replay_models:
         largest: dict[tuple[int, int], int] = {}  # (context, batch) -> largest batch that fits anywhere
-        for hw in study.hardware:
-            for method in methods:
-                for context in contexts:
-                    for batch in w.batch_sizes:
-                        try:
-                            cfg = SimConfig(model=model, hardware=hw, method=method, batch_size=batch,
-                                            input_tokens=context, output_tokens=w.output_tokens,
-                                            dense_layers=dense_layers)
-                        except SimInputError as exc:
-                            raise DseError(
-                                f"the study's workload cannot be replayed on model {model!r}, profile "
-                                f"{hw!r}, method {method!r}, batch {batch}, context {context}: {exc} (keys "
-                                "workload, hardware, search, target_model, extra_replay_models)"
-                            ) from None
-                        fit = memory_at(cfg).max_batch
-                        largest[(context, batch)] = max(largest.get((context, batch), 0), fit)
+        for hw, method, context, batch in itertools.product(study.hardware, methods, contexts, w.batch_sizes):
+            try:
+                cfg = SimConfig(
+                    model=model,
+                    hardware=hw,
+                    method=method,
+                    batch_size=batch,
+                    input_tokens=context,
+                    output_tokens=w.output_tokens,
+                    dense_layers=tuple(study.search.dense_layers),
+                )
+            except SimInputError as exc:
+                raise DseError(
+                    f"the study's workload cannot be replayed on model {model!r}, profile {hw!r}, method "
+                    f"{method!r}, batch {batch}, context {context}: {exc} (keys workload, hardware, search, "
+                    "target_model, extra_replay_models)"
+                ) from None
+            largest[(context, batch)] = max(largest.get((context, batch), 0), memory_at(cfg).max_batch)
         for (context, batch), fit in largest.items():
             if batch > fit:
                 raise DseError(

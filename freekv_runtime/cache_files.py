@@ -30,8 +30,11 @@ def discard_damaged(path: Path, why: str) -> None:
     """Warn that the cache entry `path` is damaged (`why`) and delete it (file or directory)."""
     import shutil
 
-    warnings.warn(f"the cached file {path} is damaged ({why}); deleted, rebuilding it", CacheRebuiltWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"the cached file {path} is damaged ({why}); deleted, rebuilding it",
+        CacheRebuiltWarning,
+        stacklevel=3,
+    )
     with contextlib.suppress(OSError):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
