@@ -87,6 +87,13 @@ def _check_replays(study: Study) -> None:
                 ) from None
             largest[(context, batch)] = max(largest.get((context, batch), 0), memory_at(cfg).max_batch)
         for (context, batch), fit in largest.items():
+            if fit == 0:
+                raise DseError(
+                    f"workload: not even one sequence of {context} + {w.output_tokens} tokens of model "
+                    f"{model!r} fits in the memory of any of the profiles {', '.join(study.hardware)} under "
+                    "any searched method; shorten workload.input_tokens / context_lengths / output_tokens or "
+                    "add a larger profile to hardware"
+                )
             if batch > fit:
                 raise DseError(
                     f"workload.batch_sizes: a batch of {batch} sequences of {context} + {w.output_tokens} "
