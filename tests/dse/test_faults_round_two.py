@@ -438,6 +438,7 @@ def test_damaged_cached_evidence_run_is_measured_again(tmp_path) -> None:
 
 BAD_STUDIES = {
     "workload: {input_tokens: 4096, output_tokens: 32, batch_sizes: [1000000000000]}": "workload.batch_sizes",
+    "workload: {input_tokens: 4096, output_tokens: 1099511627776}": "not even one sequence",
     "sampler: {name: random, seed: -1}": "sampler.seed",
     "seed: -1": "seed: -1",
     "seed: 36893488147419103232": "seed: 36893488147419103232",
