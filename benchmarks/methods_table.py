@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from traces.atomic_write import atomic_write_text
 from traces.catalogue import names
 
 _DSE = [sys.executable, "-m", "dse.cli"]
@@ -154,8 +155,8 @@ def main() -> None:
     text = _markdown(rows, args, time.perf_counter() - started)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(text + "\n")
-    (args.out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
+    atomic_write_text(args.out / "table.md", text + "\n")
+    atomic_write_text(args.out / "table.json", json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from validate_sim_published import SHADOWKV_INFINITE_BATCH, SHADOWKV_PUBLISHED  
 from validate_sim_rows import Row, all_rows, authors_infinite_batch  # noqa: E402
 
 from sim.validation_bands import BANDS, BANDS_FILE, build_document, dump_document  # noqa: E402
+from traces.atomic_write import atomic_write_text  # noqa: E402
 
 __all__ = [
     "BANDS",
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             bands = ", ".join(f"within {b}x: {t[b]}/{n} ({100 * t[b] / n:.0f}%)" for b in BANDS)
             print(f"{mode:>14}: {bands}")
     if args.write_bands is not None:
-        Path(args.write_bands).write_text(dump_document(bands_document(results)), encoding="utf-8")
+        atomic_write_text(Path(args.write_bands), dump_document(bands_document(results)))
         print(f"\nvalidation bands written to {args.write_bands}")
     return 0
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
+from typing import Any
 
 import click
 
@@ -48,8 +50,30 @@ def cli() -> None:
     """freekv-dse: design-space exploration of KV-cache retrieval (FreeKV) for long-context decoding."""
 
 
+_PLAIN_WARNINGS = ("CacheRebuiltWarning", "StoredAttributeWarning")  # shown as one line, no source line
+
+
+def _show_plain_warnings() -> None:
+    """Warnings meant for the user (a damaged cache file rebuilt, a stored trial left out) print as
+    `warning: ...`; other warnings keep Python's form."""
+    default = warnings.showwarning
+    if getattr(default, "plain_warnings", False):
+        return
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if category.__name__ in _PLAIN_WARNINGS:
+            click.echo(f"warning: {message}", err=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.plain_warnings = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors print one paragraph and exit 2, never a traceback."""
+    _show_plain_warnings()
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

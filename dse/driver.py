@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dse.errors import DseError
+from dse.file_lock import exclusive
 from dse.heartbeat import Heartbeat
-from dse.measurements import MeasurementStore, exclusive, measurement_key
+from dse.measurements import MeasurementStore, measurement_key
 from dse.objective import Evaluation, OutOfMemory, constraint_values, evaluate, objective_values
 from dse.preflight import check_before_compute
 from dse.search_space import SearchSpace, TrialConfig, untuned_configs
@@ -121,7 +122,7 @@ class Sweep:
         self.stalled = False
         # trial failures and interruptions are recorded in the storage and shown by `dse sweep` itself
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        storage = open_storage(self.storage_url, self._on_stale_trial)
+        storage = open_storage(self.storage_url, self._on_stale_trial, start_lock=self.out_dir / "start.lock")
         directions = [o.resolved_direction for o in study.objectives]
         with storage_errors(self.storage_url):
             self.ostudy = optuna.create_study(
@@ -185,11 +186,12 @@ class Sweep:
 
     def _on_stale_trial(self, ostudy: Any, trial: Any) -> None:
         """Heartbeat callback: a worker on some machine stopped beating; re-queue its configuration."""
-        requeued = set(ostudy.user_attrs.get("requeued", []))
-        if trial.number in requeued or "error" in trial.user_attrs:
-            return
-        requeue(ostudy, trial)
-        ostudy.set_user_attr("requeued", sorted(requeued | {trial.number}))
+        with exclusive(self.out_dir / "requeue.lock"):  # two workers noticing it at once re-queue it once
+            requeued = set(ostudy.user_attrs.get("requeued", []))
+            if trial.number in requeued or "error" in trial.user_attrs:
+                return
+            requeue(ostudy, trial)
+            ostudy.set_user_attr("requeued", sorted(requeued | {trial.number}))
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -219,7 +221,8 @@ class Sweep:
 
     def recover(self) -> int:
         """Fail trials of dead local workers and re-queue every interrupted trial; returns how many."""
-        return recover_interrupted(self.ostudy, self.host)
+        with exclusive(self.out_dir / "requeue.lock"):  # workers starting together re-queue a trial once
+            return recover_interrupted(self.ostudy, self.host)
 
     # -- before any compute --------------------------------------------------------------------------
 

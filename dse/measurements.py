@@ -11,26 +11,24 @@ models, seed, device, dtype, and any key a later version adds), but not what onl
 (name, search space, objectives, constraints, sampler, trials, slo, storage, out_dir, baselines).
 So a baseline measured once is reused when the rest of the study's definition changes.
 
-`exclusive(path)` is an exclusive file lock (fcntl): two sweeps started at once on one machine
-measure a baseline once, the second waiting for the first and then reusing its result.
+`exclusive(path)` (dse/file_lock.py) is an exclusive file lock (fcntl): two sweeps started at once on one
+machine measure a baseline once, the second waiting for the first and then reusing its result.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
+from dse.file_lock import exclusive
 from dse.objective import Evaluation
 from dse.search_space import TrialConfig
 from dse.study import Study
+from traces.atomic_write import atomic_write_text
 
 __all__ = ["MeasurementStore", "measurement_key", "exclusive", "NOT_MEASURING"]
 
@@ -49,23 +47,6 @@ def measurement_key(study: Study, knobs: TrialConfig | None) -> str:
     what = "dense" if knobs is None else knobs.key()
     text = json.dumps({"context": context, "configuration": what}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-@contextlib.contextmanager
-def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the file `path` (created if missing) for the `with` block."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")  # noqa: SIM115 - closed in finally
-    except OSError as exc:
-        raise DseError(f"cannot create the lock file {path} ({exc.strerror or exc}); is out_dir writable?") \
-            from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
 
 
 class MeasurementStore:
@@ -91,17 +72,11 @@ class MeasurementStore:
     def save(self, key: str, ev: Evaluation) -> Path:
         """Write `ev` atomically (a temporary file renamed into place); returns the file."""
         path = self.path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         text = json.dumps({"key": key, "evaluation": asdict(ev)}, default=_jsonable)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomic_write_text(path, text)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise DseError(
                 f"cannot save the finished measurement to {path} ({exc.strerror or exc}); free space in "
                 "out_dir or choose another (--set out_dir=...)"

@@ -143,12 +143,17 @@ def measure(study: Study, knobs: TrialConfig | None, out_dir: Path, progress: An
 
 
 def _fresh_dir(path: Path) -> Path:
-    """`path`, or `path.2`, `path.3`, ... when a previous attempt left a directory there."""
+    """`path`, or `path.2`, `path.3`, ... when a previous attempt left a directory there; created here
+    (mkdir fails if it exists), so that two processes never write into one directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     candidate, n = path, 1
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.name}.{n}")
-    return candidate
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}.{n}")
 
 
 def replay(

@@ -4,7 +4,8 @@
 option (`--out`, `--timeline`, `out_dir`, ...) and the path when it cannot be written: a directory where
 a file is wanted (or the reverse), a parent that is a regular file, no permission. They create nothing
 but the missing parent directories of a directory output (which the command would create anyway).
-`write_text(path, text, option)` writes, turning an OSError into the same kind of message.
+`write_text(path, text, option)` writes whole or not at all (a temporary file renamed over the target:
+traces/atomic_write.py), turning an OSError into the same kind of message; the previous file stays intact.
 """
 
 from __future__ import annotations
@@ -67,8 +68,14 @@ def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
 
 
 def write_text(path: str | os.PathLike[str], text: str, option: str) -> None:
-    """Write `text` to `path`; DseError naming `option` and the cause when the system refuses."""
+    """Replace `path` with `text` atomically; DseError naming `option` and the cause when the system
+    refuses (the previous file, if any, is left as it was)."""
+    from traces.atomic_write import atomic_write_text
+
     try:
-        Path(path).write_text(text)
+        atomic_write_text(path, text)
     except OSError as exc:
-        raise DseError(f"{option} {path}: cannot write ({describe_os_error(exc)})") from None
+        raise DseError(
+            f"{option} {path}: cannot write ({describe_os_error(exc)}); nothing was written and any previous "
+            "file there is unchanged"
+        ) from None

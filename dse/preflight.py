@@ -3,7 +3,8 @@
 `check_before_compute(study)`: out_dir can be created and written, every hardware profile loads (not
 only its name is known), and the simulator accepts the workload for every replayed model with dense
 attention and every searched method. The study schema (dse/study.py) has already checked each key, the
-untuned-FreeKV baseline, task contexts against the model's positions and dense layers against its layers.
+untuned-FreeKV baseline, task contexts against the model's positions and dense layers against its layers;
+dse/preflight_trial.py checks what each trial will use (task parameters, seeds, the capacity grid).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dse.errors import DseError
 from dse.objective import DENSE
 from dse.paths import check_output_dir
+from dse.preflight_trial import check_trial_inputs
 from dse.study import Study
 
 __all__ = ["check_before_compute"]
@@ -30,6 +32,7 @@ def check_before_compute(study: Study) -> None:
         raise DseError(f"out_dir {out_dir}: cannot create it ({exc.strerror or exc})") from None
     for hw in study.hardware:
         load_profile(hw)
+    check_trial_inputs(study)  # tasks, seeds, every replay of the capacity grid
     w = study.workload
 
     for model in study.replay_models:

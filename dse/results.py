@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dse.errors import DseError
+from dse.stored_attrs import baseline_attr_problem, study_attr_problem, trial_attr_problem
 
 __all__ = [
     "BaselineResult",
@@ -35,9 +37,14 @@ __all__ = [
     "load_results",
     "CONFIG_KEYS",
     "to_json",
+    "StoredAttributeWarning",
 ]
 
 CONFIG_KEYS = ("method", "tau", "page_size", "budget_tokens", "sink_tokens", "window_tokens")
+
+
+class StoredAttributeWarning(UserWarning):
+    """A trial or baseline whose stored attributes have the wrong type was left out of the results."""
 
 
 def _overall(value: Any) -> float | None:
@@ -280,6 +287,11 @@ def _trial_result(trial: Any, target_model: str | None) -> TrialResult:
 def _baseline(name: str, data: dict | None, target_model: str | None) -> BaselineResult | None:
     if not data:
         return None
+    problem = baseline_attr_problem(data)
+    if problem is not None:
+        warnings.warn(f"the {name} baseline is left out: its stored attribute {problem}",
+                      StoredAttributeWarning, stacklevel=2)
+        return None
     return BaselineResult(
         target_model=target_model,
         sim=data.get("sim", {}),
@@ -299,8 +311,10 @@ def list_studies(storage_url: str) -> list[str]:
     """Names of the studies in an Optuna storage."""
     import optuna
 
-    from dse.sweep_storage import open_storage
+    from dse.sweep_storage import open_storage, sqlite_path
 
+    if storage_url.startswith("sqlite:"):
+        sqlite_path(storage_url)  # an in-memory database holds no study: refused with the reason
     if storage_url.startswith("sqlite:///"):
         path = Path(storage_url.removeprefix("sqlite:///"))
         if not path.is_file():
@@ -336,11 +350,27 @@ def load_results(storage_url: str, study_name: str | None = None) -> StudyResult
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))
     attrs = study.user_attrs
-    config = attrs.get("study_config", {})
-    target_model = config.get("target_model") or config.get("model", {}).get("name")
-    trials = tuple(_trial_result(t, target_model) for t in study.get_trials(deepcopy=False))
     directions = tuple(d.name.lower() for d in study.directions)
+    problem = study_attr_problem(attrs)
     names_attr = attrs.get("objective_names") or [f"objective_{i}" for i in range(len(directions))]
+    if problem is None and len(names_attr) != len(directions):
+        problem = f"'objective_names' names {len(names_attr)} objectives, the study has {len(directions)}"
+    if problem is not None:
+        raise DseError(
+            f"the study {study_name!r} in {storage_url!r} cannot be read: its stored attribute {problem}. "
+            "The database was edited or written by another tool; `dse sweep` writes these attributes."
+        )
+    config = attrs.get("study_config", {})
+    target_model = config.get("target_model") or (config.get("model") or {}).get("name")
+    trials, skipped = [], []
+    for t in study.get_trials(deepcopy=False):
+        bad = trial_attr_problem(t.user_attrs, t.values)
+        if bad is None:
+            trials.append(_trial_result(t, target_model))
+        else:
+            skipped.append(f"trial #{t.number} left out: its stored attribute {bad}")
+    for note in skipped:
+        warnings.warn(f"{storage_url} study {study_name!r}: {note}", StoredAttributeWarning, stacklevel=2)
     return StudyResults(
         study_name=study_name,
         storage_url=storage_url,
@@ -350,7 +380,7 @@ def load_results(storage_url: str, study_name: str | None = None) -> StudyResult
         directions=directions,
         target_model=target_model,
         hardware=tuple(config.get("hardware", [])),
-        trials=trials,
+        trials=tuple(trials),
         dense=_baseline("dense", attrs.get("dense"), target_model),
         untuned_freekv=_baseline("untuned_freekv", attrs.get("untuned_freekv"), target_model),
         untuned_methods=_untuned_methods(attrs, config, target_model),

@@ -40,6 +40,7 @@ from dse.study_sections import (
     Workload,
     _Strict,
 )
+from dse.study_types import bool_paths
 from dse.study_yaml import apply_overrides, format_validation_error, read_yaml_with_marks
 from sim.yaml_io import FileReadError, read_text_file
 from traces.retrieval_knobs import budget_convention_violation
@@ -277,6 +278,12 @@ def study_from_dict(data: Any, source: str = "<study>", marks: dict | None = Non
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise DseError(f"{source}: a study file must be a YAML mapping (key: value), not {kind}.")
+    booleans = bool_paths(Study, data)
+    if booleans:
+        raise DseError(
+            f"{source} is not a valid study: {', '.join(booleans)}: true/false given where a number is "
+            "wanted (YAML reads true, false, yes, no, on and off as booleans); give the number"
+        )
     try:
         return Study.model_validate(data)
     except ValidationError as exc:

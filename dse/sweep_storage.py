@@ -22,8 +22,8 @@ from typing import Any
 
 from dse.errors import DseError
 
-__all__ = ["open_storage", "storage_errors", "counts_toward_budget", "recover_interrupted", "requeue",
-           "pid_alive", "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S", "ORPHAN_AFTER_S"]
+__all__ = ["open_storage", "sqlite_path", "storage_errors", "counts_toward_budget", "recover_interrupted",
+           "requeue", "pid_alive", "HEARTBEAT_INTERVAL_S", "GRACE_PERIOD_S", "ORPHAN_AFTER_S"]
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 60
@@ -33,9 +33,15 @@ _OPEN_ATTEMPTS = 4
 _SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
-def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, heartbeat: bool = True) -> Any:
+def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, heartbeat: bool = True,
+                 start_lock: Path | None = None) -> Any:
     """An optuna RDBStorage for `url` (with heartbeats unless `heartbeat` is False, e.g. for reading);
-    DseError naming the URL when it cannot open."""
+    DseError naming the URL when it cannot open.
+
+    start_lock: a lock file shared by the workers of this machine; taking a WAITING trial (a re-queued
+    one) happens under it, so that two workers never both start the same trial. Optuna checks the
+    trial's state inside the update, but SQLite has no row locks: two processes may both read WAITING
+    and both write RUNNING (PostgreSQL's SELECT ... FOR UPDATE serialises that by itself)."""
     import optuna
 
     scheme = url.split(":", 1)[0].split("+", 1)[0]
@@ -48,8 +54,8 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
     rdb_url = _with_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if scheme == "sqlite":
-        path = url.removeprefix("sqlite:///")
-        if path and path != ":memory:":
+        path = sqlite_path(url)
+        if path is not None:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -67,8 +73,10 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    rdb_url, engine_kwargs=engine_kwargs,
+                cls = optuna.storages.RDBStorage if start_lock is None else _start_locked_class()
+                extra = {} if start_lock is None else {"start_lock": start_lock}
+                return cls(
+                    rdb_url, engine_kwargs=engine_kwargs, **extra,
                     heartbeat_interval=HEARTBEAT_INTERVAL_S if heartbeat else None,
                     grace_period=GRACE_PERIOD_S if heartbeat else None,
                     heartbeat_stale_trial_callback=on_stale if heartbeat else None,
@@ -83,6 +91,39 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None] | None = None, h
     raise DseError(f"cannot open the Optuna storage {url!r}: {first}")
 
 
+def _start_locked_class() -> type:
+    """RDBStorage whose WAITING -> RUNNING transition (Study.ask popping a re-queued trial) holds a file
+    lock, re-reading the trial's state under it."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dse.file_lock import exclusive
+
+    class StartLockedRDBStorage(optuna.storages.RDBStorage):
+        def __init__(self, *args: Any, start_lock: Path, **kwargs: Any) -> None:
+            self.start_lock = start_lock
+            super().__init__(*args, **kwargs)
+
+        def record_heartbeat(self, trial_id: int) -> None:
+            """In Optuna's heartbeat thread: a lost connection is reported once, by the main thread's
+            next storage call (storage_errors), not as a thread traceback."""
+            from optuna.exceptions import StorageInternalError
+            from sqlalchemy.exc import SQLAlchemyError
+
+            try:
+                super().record_heartbeat(trial_id)
+            except (SQLAlchemyError, StorageInternalError):
+                return
+
+        def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+            if state != TrialState.RUNNING:
+                return super().set_trial_state_values(trial_id, state, values)
+            with exclusive(self.start_lock):
+                return super().set_trial_state_values(trial_id, state, values)
+
+    return StartLockedRDBStorage
+
+
 @contextlib.contextmanager
 def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials are kept") -> Iterator[None]:
     """Turn a failure of the Optuna storage `url` (a full disk, a file-size limit, a lost connection)
@@ -93,7 +134,10 @@ def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials ar
 
     try:
         yield
-    except (SQLAlchemyError, StorageInternalError) as exc:
+    except Exception as raised:  # noqa: BLE001 - only a storage failure is turned into the message
+        exc = _storage_failure(raised, (SQLAlchemyError, StorageInternalError))
+        if exc is None:
+            raise
         cause = exc.__cause__ if isinstance(exc, StorageInternalError) and exc.__cause__ else exc
         orig = getattr(cause, "orig", None) or cause
         text = " ".join(str(orig).split()) or type(orig).__name__
@@ -103,6 +147,35 @@ def storage_errors(url: str, kept: str | Callable[[], str] = "finished trials ar
             f"({type(orig).__name__}). Nothing finished is lost: {note}. Fix the storage (free disk space, "
             "raise the file-size limit, reconnect the database) and run the same command again."
         ) from None
+
+
+def sqlite_path(url: str) -> str | None:
+    """The database file of a `sqlite:` URL; DseError for an in-memory database (`sqlite://`,
+    `sqlite:///:memory:`, `mode=memory`), whose trials would vanish with the process that made them."""
+    rest = url.split("://", 1)[1]
+    path = rest[1:] if rest.startswith("/") else rest
+    path_only = path.split("?", 1)[0]
+    if path_only in ("", ":memory:") or "mode=memory" in path or path_only.startswith("file::memory:"):
+        raise DseError(
+            f"storage {url!r} is an in-memory SQLite database: a sweep's trials and a report's source must "
+            "outlast the process, and each worker would see its own empty database. Give a file, e.g. "
+            "sqlite:///out/study.db (created if missing), or a server URL (postgresql://user@host/db)."
+        )
+    return path_only
+
+
+def _storage_failure(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The storage error `exc` is, or that it was raised while handling (Optuna, cleaning up after a lost
+    connection, can itself fail on the dead connection and raise something else: e.g. an UnboundLocalError
+    in its trial bookkeeping with the StorageInternalError as its context); None for any other error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _creation_race(exc: Exception) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dse.measurements import exclusive
+from dse.file_lock import exclusive
 from dse.search_space import TrialConfig
 from dse.sweep_storage import counts_toward_budget
 

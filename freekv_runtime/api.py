@@ -41,6 +41,7 @@ from freekv_runtime.tasks.base import ForcedResult
 from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import LoadedModel, load_model
 from traces import RunMetadata, TraceWriter, open_trace
+from traces.atomic_write import atomic_write_text
 from traces.catalogue import DENSE
 from traces.models import get_model
 from traces.probe import PROBE_KEY
@@ -380,10 +381,7 @@ def _write_summary(
             k: (None if math.isnan(e.value) else e.value) for k, e in withheld.items()
         }
         summary["accuracy_samples_random_weights"] = samples_dict(withheld)
-    path = out_dir / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
     return summary
 
 

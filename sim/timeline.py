@@ -50,8 +50,10 @@ def to_chrome_trace(events: Iterable[dict[str, Any]], process_name: str = "freek
 def write_chrome_trace(
     events: Iterable[dict[str, Any]], path: str | Path, process_name: str = "freekv-dse sim"
 ) -> Path:
+    from traces.atomic_write import atomic_write_text
+
     path = Path(path)
-    path.write_text(json.dumps(to_chrome_trace(events, process_name)))
+    atomic_write_text(path, json.dumps(to_chrome_trace(events, process_name)))
     return path
 
 

@@ -374,6 +374,15 @@ def _check_runtime(runtime: dict[str, Any], model: ModelSpec, path: Path) -> Non
         v = runtime.get(name)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not low <= v < 1 << 31):
             raise TraceError(f"{path}: meta.runtime.{name} must be an integer in [{low}, 2**31), got {v!r}")
+    if "method" in runtime:  # absent: a trace written before methods were recorded (FreeKV's)
+        from traces.catalogue import CATALOGUE, canonical
+
+        method = runtime["method"]
+        if not isinstance(method, str) or canonical(method) not in CATALOGUE:
+            raise TraceError(
+                f"{path}: meta.runtime.method must name a method of the catalogue ({', '.join(CATALOGUE)}), "
+                f"got {method!r}"
+            )
     tau = runtime.get("tau")
     if tau is not None and (not isinstance(tau, (int, float)) or isinstance(tau, bool)):
         raise TraceError(f"{path}: meta.runtime.tau must be a number or null, got {tau!r}")

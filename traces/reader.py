@@ -90,7 +90,8 @@ class TraceReader:
 
     def _decoder(self) -> RecordDecoder:
         page_size = self.meta.runtime.get("page_size")  # meta_from_json: int in [1, 2**31) or None
-        return RecordDecoder(self.n_layers, self.n_kv_heads, self.meta.format_version, page_size)
+        return RecordDecoder(self.n_layers, self.n_kv_heads, self.meta.format_version, page_size,
+                             max_context_tokens=self.meta.model.max_position_tokens)
 
     def records(self) -> Iterator[PrefillRecord | StepRecord]:
         """All records in file order (prefills and steps), decoded one at a time."""

@@ -138,10 +138,11 @@ class RecordDecoder:
     """
 
     def __init__(self, n_layers: int, n_kv_heads: int, version: int = FORMAT_VERSION,
-                 page_size: int | None = None) -> None:
+                 page_size: int | None = None, max_context_tokens: int | None = None) -> None:
         if version not in STEP_FLAGS_KNOWN:
             raise ValueError(f"format version {version} has no record decoder ({sorted(STEP_FLAGS_KNOWN)})")
         self.n_layers, self.n_kv_heads = n_layers, n_kv_heads
+        self.max_context_tokens = max_context_tokens  # the model's positions: a step attends at most these
         self.version, self.page_size = version, page_size
         self.names = TimingNames()
         self.sequences: dict[int, SequenceState] = {}
@@ -192,6 +193,13 @@ class RecordDecoder:
                 f"payload has {len(payload) - end} unread bytes, {cur.values.size - cur.pos} unread varints"
             )
 
+    def _check_context(self, context: int) -> None:
+        """A step attends at least the token it decodes and at most the model's positions."""
+        top = self.max_context_tokens
+        if context < 1 or (top is not None and context > top):
+            bound = f"1 to {top} (the model's positions)" if top is not None else "at least 1"
+            raise ValueError(f"step context_tokens {context} is out of range: a step attends {bound}")
+
     def _check_flags(self, flags: int) -> None:
         unknown = flags & ~STEP_FLAGS_KNOWN[self.version]
         if unknown:
@@ -202,6 +210,7 @@ class RecordDecoder:
     def decode_step(self, payload: bytes) -> StepRecord:
         seq, step, context, n_layers, n_kv_heads, flags, n_varint = STEP_FIXED.unpack_from(payload)
         self._check_shape(n_layers, n_kv_heads)
+        self._check_context(context)
         self._check_flags(flags)
         n_heads, shape = n_layers * n_kv_heads, (n_layers, n_kv_heads)
         state = self.sequences.get(seq, SequenceState())

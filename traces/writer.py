@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+from traces.atomic_write import atomic_write_text
 from traces.codec import RecordEncoder
 from traces.errors import TraceError
 from traces.format import (
@@ -102,9 +103,7 @@ class TraceWriter:
         writer: TraceWriter | None = None
         try:
             writer = cls(path, meta, fsync=fsync, compress_level=compress_level)
-            tmp = path / (META_FILE + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path / META_FILE)  # meta.json appears whole or not at all
+            atomic_write_text(path / META_FILE, text)  # meta.json appears whole or not at all
         except (OSError, TraceError) as exc:
             if writer is not None:
                 writer.abort()

@@ -110,12 +110,22 @@ def _run_key(model: str, spec: MeasureSpec, method: str, knobs: dict[str, Any]) 
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def _finished(out_dir: Path) -> bool:
+def _finished(out_dir: Path) -> tuple[bool, str | None]:
+    """(whether `out_dir` holds a finished run that reads back whole, why a run there was not usable).
+    A damaged cached run (summary.json cut short or edited, its trace unreadable) is named and redone."""
+    from traces import TraceError
+
+    path = out_dir / "summary.json"
+    if not path.exists():
+        return False, None
     try:
-        summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return bool(summary.get("accuracy_samples"))
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(summary, dict) or not summary.get("accuracy_samples"):
+            return False, f"the cached run {out_dir} is damaged ({path} has no per-prompt scores)"
+        evidence_from_summary(out_dir)  # reads the summary and opens its trace, as the answer will
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, TraceError) as exc:
+        return False, f"the cached run {out_dir} is damaged ({type(exc).__name__}: {str(exc)[:200]})"
+    return True, None
 
 
 def _run(model: str, spec: MeasureSpec, method: str, knobs: dict[str, Any], out_dir: Path) -> None:
@@ -143,7 +153,11 @@ def measure_evidence(spec: MeasureSpec, configs: list[tuple[str, dict[str, Any]]
     for i, (method, planned) in enumerate(todo):
         measured = {} if method == "dense" else scale_knobs(planned, planned_context, spec.context_tokens)
         out_dir = cache / "evidence" / _run_key(model, spec, method, measured)
-        cached = _finished(out_dir)
+        cached, damaged = _finished(out_dir)
+        if damaged is not None:
+            notes.append(f"{damaged}; measured again")
+            if progress is not None:
+                progress(f"note: {damaged}; measuring it again")
         if progress is not None:
             progress(f"accuracy {i + 1}/{len(todo)}: {method} {'(cached)' if cached else ''}".rstrip())
         t0 = time.perf_counter()

@@ -42,6 +42,7 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
         raise SimInputError(f"--prices {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise SimInputError(f"--prices {path}: expected a mapping profile -> {{price_per_hour_usd, source}}")
+    _check_price_keys(path, data)
     out = {}
     for name, entry in data.items():
         price = entry.get("price_per_hour_usd") if isinstance(entry, dict) else None
@@ -53,6 +54,34 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
             raise SimInputError(f"--prices {path}: {name}.source must say where the price comes from")
         out[str(name)] = {"price_per_hour_usd": float(price), "source": entry["source"]}
     return out
+
+
+_PRICE_KEYS = ("price_per_hour_usd", "source")
+
+
+def _check_price_keys(path: Path, data: dict[Any, Any]) -> None:
+    """Every entry names a known hardware profile and holds only price_per_hour_usd and source (a typo
+    would otherwise be ignored and that profile left unpriced)."""
+    import difflib
+
+    from sim import list_profiles
+    from sim.errors import SimInputError
+
+    known = list_profiles()
+    for name, entry in data.items():
+        if str(name) not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SimInputError(
+                f"--prices {path}: {name!r} is not a hardware profile; {hint}known profiles: "
+                f"{', '.join(known)} (see `dse hardware list`)"
+            )
+        extra = sorted(str(k) for k in entry if k not in _PRICE_KEYS) if isinstance(entry, dict) else []
+        if extra:
+            raise SimInputError(
+                f"--prices {path}: {name}: unknown key(s) {', '.join(extra)}; an entry holds only "
+                f"{' and '.join(_PRICE_KEYS)}"
+            )
 
 
 def accuracy_options(command: Any) -> Any:

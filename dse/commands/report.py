@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
@@ -76,20 +77,31 @@ def command(
     from dse.paths import check_output_file, write_text
     from dse.report import build_report
     from dse.report.resimulate import parse_overrides
+    from dse.results import StoredAttributeWarning
 
     if json_out is not None:
         check_output_file(json_out, "--json")
     overrides = parse_overrides(hardware, workload)
-    summary = build_report(
-        source, out, study_name=study_name, slo_ms=slo_ms, metric=metric, seed=seed, overrides=overrides
-    )
-    if json_out is not None:
-        from dse.report.source import study_location
-        from dse.results import load_results, to_json
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StoredAttributeWarning)
+        summary = build_report(
+            source, out, study_name=study_name, slo_ms=slo_ms, metric=metric, seed=seed, overrides=overrides
+        )
+        if json_out is not None:
+            from dse.report.source import study_location
+            from dse.results import load_results, to_json
 
-        storage_url, _ = study_location(source, study_name)
-        write_text(json_out, to_json(load_results(storage_url, summary.study_name)), "--json")
-        click.echo(f"wrote {json_out}")
+            storage_url, _ = study_location(source, study_name)
+            write_text(json_out, to_json(load_results(storage_url, summary.study_name)), "--json")
+            click.echo(f"wrote {json_out}")
+    shown: set[str] = set()
+    for w in caught:  # trials or baselines whose stored attributes were not readable
+        text = str(w.message)
+        if issubclass(w.category, StoredAttributeWarning) and text not in shown:
+            shown.add(text)
+            click.echo(f"warning: {text}", err=True)
+        elif not issubclass(w.category, StoredAttributeWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     click.echo(
         f"wrote {summary.path} ({summary.n_figures} figures in {summary.n_sections} sections, "
         f"{summary.size_bytes / 1e6:.1f} MB) in {summary.seconds:.1f} s"

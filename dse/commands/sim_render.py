@@ -105,16 +105,20 @@ def write_timelines(results: dict, steps: list[int], html: Path | None, chrome: 
     )
     from dse.errors import DseError
     from dse.paths import describe_os_error
+    from traces.atomic_write import atomic_write_text
 
-    try:
+    flag, path = "--chrome-trace", chrome
+    try:  # each file whole or not at all: a failed write leaves the previous file as it was
         if chrome is not None:
             write_chrome_trace(events, chrome, process_name=f"freekv-dse sim: {label}")
         if html is not None:
+            flag, path = "--timeline", html
             title = f"stream timeline, steps {steps} ({', '.join(results)}): {label}"
-            timeline_figure(events, title).write_html(str(html), include_plotlyjs=True)
+            atomic_write_text(html, timeline_figure(events, title).to_html(include_plotlyjs=True))
     except OSError as exc:
-        flag = "--chrome-trace" if chrome is not None and exc.filename == str(chrome) else "--timeline"
-        raise DseError(f"{flag} {exc.filename}: cannot write ({describe_os_error(exc)})") from None
+        raise DseError(
+            f"{flag} {path}: cannot write ({describe_os_error(exc)}); any previous file there is unchanged"
+        ) from None
 
 
 def console():

@@ -9,6 +9,7 @@ on this machine against the same storage.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +108,10 @@ def _run_workers(sweep: Any, study_file: str, sets: tuple[str, ...], jobs: int, 
         raise DseError(f"{len(bad)} of {jobs} sweep workers failed (exit {code}); {path} ends: {tail}")
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @click.command("sweep")
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -123,6 +128,7 @@ def command(study_file: str, sets: tuple[str, ...], storage: str | None, jobs: i
             worker: bool, worker_index: int) -> None:
     """Run or resume the study in STUDY_FILE (see docs/studies.md)."""
     from dse.driver import Sweep
+    from dse.preflight import check_before_compute
     from dse.study import load_study_file
     from dse.sweep_storage import storage_errors
     from freekv_runtime.errors import RuntimeInputError
@@ -130,8 +136,10 @@ def command(study_file: str, sets: tuple[str, ...], storage: str | None, jobs: i
     t0 = time.perf_counter()
     study, text = load_study_file(study_file, sets)
     echo = (lambda msg: None) if worker else (lambda msg: click.echo(msg, err=True))
+    check_before_compute(study)  # before the storage is touched: a refused study leaves nothing behind
+    if worker:  # the parent stops its workers with SIGTERM: end the running trial as interrupted (FAIL)
+        signal.signal(signal.SIGTERM, _interrupt)
     sweep = Sweep(study, text, storage, worker_index=worker_index)
-    sweep.preflight()
     with storage_errors(sweep.storage_url):
         requeued = sweep.recover()
         done = sweep.finished()

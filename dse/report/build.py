@@ -25,6 +25,7 @@ from dse.report.simulate import plan_replays
 from dse.report.source import study_location
 from dse.report.why import why_section
 from dse.results import load_results
+from traces.atomic_write import atomic_write_text
 
 __all__ = ["ReportSummary", "build_report", "report_sections"]
 
@@ -73,9 +74,12 @@ def build_report(
     out = check_output_file(out, "--out")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(html, encoding="utf-8")
+        atomic_write_text(out, html)  # a failed write leaves the last good report as it was
     except OSError as exc:
-        raise DseError(f"--out {out}: cannot write the report ({describe_os_error(exc)})") from None
+        raise DseError(
+            f"--out {out}: cannot write the report ({describe_os_error(exc)}); any previous report there is "
+            "unchanged"
+        ) from None
     return ReportSummary(
         path=out,
         study_name=data.name,

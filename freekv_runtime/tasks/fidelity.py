@@ -19,12 +19,12 @@ tokens decoded as its answer.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from freekv_runtime.cache_files import read_cached, write_cached
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
@@ -74,22 +74,32 @@ def _dense_logits_batch(
     """Dense-attention logits (N, V) per window, from memory, disk, or computed once (in one batch)."""
     keys = [_dense_key(runner, p, f) for p, f in windows]
     for key in keys:
-        path = _dense_cache_dir() / f"{key}.pt"
-        if key not in _DENSE and path.is_file():
-            _DENSE[key] = torch.load(path, map_location="cpu", weights_only=True)
+        if key not in _DENSE:
+            cached = read_cached(_dense_cache_dir() / f"{key}.pt", _load_logits, _logits_problem)
+            if cached is not None:
+                _DENSE[key] = cached
     todo = [i for i, key in enumerate(keys) if key not in _DENSE]
     if todo:
         computed = runner.dense_teacher_forced_batch(
             [windows[i][0] for i in todo], [windows[i][1] for i in todo]
         )
         for i, logits in zip(todo, computed, strict=True):
-            path = _dense_cache_dir() / f"{keys[i]}.pt"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.part")
-            torch.save(logits.clone(), tmp)
-            os.replace(tmp, path)
+            write_cached(_dense_cache_dir() / f"{keys[i]}.pt", lambda f, t=logits: torch.save(t.clone(), f))
             _DENSE[keys[i]] = logits
     return [_DENSE[key] for key in keys]
+
+
+def _load_logits(path: Path) -> torch.Tensor:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _logits_problem(value: object) -> str | None:
+    """What is wrong with cached dense logits (N, V), or None."""
+    if not isinstance(value, torch.Tensor) or value.ndim != 2 or not value.is_floating_point():
+        return f"not a 2-D float tensor of logits: {type(value).__name__}"
+    if bool(torch.isnan(value).any()):
+        return "logits that are NaN"
+    return None
 
 
 class FidelityTask:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 import numpy as np
 
+from freekv_runtime.cache_files import read_cached, write_cached
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
@@ -52,18 +52,27 @@ def _dense_generations(runner: SequenceRunner, prompts: list[list[int]], n: int)
     ]
     root = cache_root() / "dense_generations"
     for key in keys:
-        path = root / f"{key}.json"
-        if key not in _DENSE and path.is_file():
-            _DENSE[key] = json.loads(path.read_text())
+        if key not in _DENSE:
+            cached = read_cached(root / f"{key}.json", lambda p: json.loads(p.read_text(encoding="utf-8")),
+                                 lambda v: _tokens_problem(v, n))
+            if cached is not None:
+                _DENSE[key] = cached
     todo = [i for i, key in enumerate(keys) if key not in _DENSE]
     if todo:
         for i, tokens in zip(todo, runner.dense_generate_batch([prompts[i] for i in todo], n), strict=True):
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = root / f"{keys[i]}.{os.getpid()}.part"
-            tmp.write_text(json.dumps(tokens))
-            os.replace(tmp, root / f"{keys[i]}.json")
+            tokens = [int(t) for t in tokens]
+            write_cached(root / f"{keys[i]}.json", lambda f, t=tokens: f.write(json.dumps(t)), binary=False)
             _DENSE[keys[i]] = tokens
     return [_DENSE[key] for key in keys]
+
+
+def _tokens_problem(value: object, n: int) -> str | None:
+    """What is wrong with a cached dense generation of `n` tokens, or None."""
+    if not isinstance(value, list) or len(value) != n:
+        return f"not a list of {n} token ids"
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+        return "entries that are not token ids (non-negative integers)"
+    return None
 
 
 class LongGenTask:

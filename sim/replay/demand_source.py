@@ -37,8 +37,15 @@ class DemandSource:
 
     @classmethod
     def from_text(cls, text: str | None) -> DemandSource:
-        """`--demand TEXT`: a trace directory when it is one, else a synthetic spec or preset; None or ''
-        is the default preset."""
+        """`--demand TEXT`: a trace directory when it is one, else a synthetic spec or preset; None (the
+        option left out) is the default preset. Empty text is refused (SimInputError): it is a mistake
+        (an unset shell variable), not a request for the default."""
+        if text is not None and not text.strip():
+            raise SimInputError(
+                f"--demand {text!r} is empty: give a trace directory, a synthetic spec (e.g. "
+                f"correction=0.3,hit=0.8) or preset:NAME, or leave --demand out for the default "
+                f"({DEFAULT_PRESET})"
+            )
         text = text or DEFAULT_PRESET
         return cls(trace=Path(text)) if Path(text).is_dir() else cls(spec=text)
 
@@ -98,6 +105,10 @@ def _from_trace(trace: Any, model: str) -> ResolvedDemand:
     reader = trace if hasattr(trace, "steps") and hasattr(trace, "meta") else open_trace(trace)
     demand = demand_from_trace(reader, target_model=model)  # dense attention: Demand.dense_attention
     status = trace_status_note(reader)
+    if "method" not in reader.meta.runtime:
+        legacy = (f"the trace {reader.path} records no method (meta.runtime.method): read as FreeKV's, as "
+                  "traces were written before methods were recorded")
+        status = f"{status}; {legacy}" if status else legacy
     dense = " (dense attention: no recall demand)" if demand.dense_attention else ""
     label = f"trace {reader.path}{dense}"
     info = {"path": str(reader.path), "complete": reader.complete, "truncated": reader.truncated,
