@@ -66,7 +66,7 @@ from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["InfiniGen", "FLEXGEN_DECODER"]
+__all__ = ["InfiniGen", "FLEXGEN_DECODER", "published_cpu_gather_s"]
 
 # FlexGen's eager OPT decoder (module docstring): qkv, attention, out_proj, ffn, per step (LM head, sampling)
 FLEXGEN_DECODER = DecoderRecipe(
@@ -224,6 +224,10 @@ class InfiniGen(DecoderMethod):
         n_prefetch = np.where(fetched > 0, n_prefetch, 0)
         if ctx.as_published:  # the gather is host work (no GPU time): index read-back, CPU ops, CPU gather
             at_target = np.where(target[None, :], 1.0, 0.0) * ones
+            if self.knobs.gather == "cpu":
+                rows = b * m.n_kv_heads * fetched  # rows of d elements, per K and per V
+                host_gather = published_cpu_gather_s(ctx, rows, kv_bytes)
+                gather = np.where(target[None, :], readback + host_gather, 0.0)
             gather_host = at_target * (
                 np.asarray(gather, dtype=np.float64) + host_s(ctx, HostOps(readbacks=1, torch_ops=2))
             )
@@ -268,3 +272,17 @@ class InfiniGen(DecoderMethod):
         layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
         parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, n_off)
         return parts
+
+
+def published_cpu_gather_s(ctx: CostContext, rows: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
+    """Host seconds of InfiniGen's gather as its code runs it (as-published): two F.embedding calls on the
+    host-resident cache, K and V, each of `rows` scattered rows of d elements (kv_selection_controller.py
+    :23-24; a CPU index_select, torch_gather_row_s per row, measured by benchmarks/bench_host_gather.py),
+    then the assignment of both results into the pinned `prefetch_kv` buffer (flex_opt.py:457: a host
+    copy of the gathered `kv_bytes`, host_copy_s_per_gb) before the pinned buffer is copied to the GPU
+    (flex_opt.py:461-465 -> pytorch_backend.py:873-877, the pinned path of general_copy)."""
+    sw = ctx.software
+    assert sw is not None
+    rows = np.asarray(rows, dtype=np.float64)
+    copy_s = np.asarray(kv_bytes, dtype=np.float64) / 1e9 * sw.host_copy_s_per_gb
+    return 2.0 * rows * sw.torch_gather_row_s + copy_s

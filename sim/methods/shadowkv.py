@@ -128,6 +128,12 @@ class ShadowKV(DecoderMethod):
         "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
     )
 
+    # estimated constants (sim/estimate_ends.py): knob -> (cheap end, dear end). The fp32 SVD's share of
+    # the FP16 tensor peak: 0.01 is an estimate (cuSOLVER gesvd/gesvdj is bound by its BLAS-2
+    # bidiagonalisation; no public rate at (context x 1024) fp32); 0.003-0.03 spans ~1-9 TFLOP/s on an
+    # A100, up to half its 19.5 TFLOP/s FP32 peak. The GPU suite's microbench table `svd` measures it.
+    estimate_ranges: ClassVar[dict[str, tuple[float, float]]] = {"svd_flops_fraction": (0.03, 0.003)}
+
     def recipe(self) -> DecoderRecipe:
         return SHADOWKV_DECODER
 
