@@ -105,21 +105,22 @@ def _paths(
 
 
 def measure(
-    table_mib: int, repeats: int, seed: int, max_gather_mib: int = 256
+    table_mib: int, repeats: int, seed: int, max_gather_mib: int = 256, compiled: bool = True
 ) -> list[dict[str, float | int | str]]:
     """Rows of (path, threads, row_bytes, rows, seconds, gbps, ns_per_row); gathers above
-    `max_gather_mib` MiB are skipped. Every timed call reads fresh random rows (`prepare`)."""
+    `max_gather_mib` MiB are skipped. Every timed call reads fresh random rows (`prepare`). compiled:
+    include the numba loop (its first call compiles it, several seconds)."""
     rng = np.random.default_rng(seed)
     table_u8 = torch.empty(table_mib << 20, dtype=torch.uint8)
     table_u8.fill_(1)  # touch every page
-    numba_gather = _numba_gather()
+    numba_gather = _numba_gather() if compiled else None
     all_threads = os.cpu_count() or 1
     out: list[dict[str, float | int | str]] = []
     for row_bytes in ROW_BYTES:
         n_rows = table_u8.numel() // row_bytes
         table = table_u8.view(n_rows, row_bytes)
         for rows in ROW_COUNTS:
-            if rows * row_bytes > max_gather_mib << 20:
+            if rows * row_bytes > max_gather_mib << 20 or 2 * rows > n_rows:
                 continue
             idx_sets = [rng.integers(0, n_rows, size=rows, dtype=np.int64) for _ in range(repeats + 1)]
             starts = [int(x) for x in rng.integers(0, n_rows - rows, size=repeats + 1)]
