@@ -61,7 +61,10 @@ def test_an_override_is_no_estimate_and_keeps_its_value_at_both_ends() -> None:
 
 
 def test_method_constants_move_unless_the_config_sets_them() -> None:
-    assert method_estimate_ranges("shadowkv") == {"svd_flops_fraction": (0.03, 0.003)}
+    assert method_estimate_ranges("shadowkv") == {
+        "svd_flops_fraction": (0.03, 0.003),
+        "uva_rate_fraction": (1.0, 0.6),
+    }
     ends = end_configs(_cfg(method="shadowkv"))
     assert ends["low"].method_options["svd_flops_fraction"] == 0.03
     assert ends["high"].method_options["svd_flops_fraction"] == 0.003

@@ -101,6 +101,9 @@ class ShadowKVKnobs(MethodKnobs):
                                   "FreeKV paper's setting)", side="simulator")
     svd_flops_fraction: float = knob(0.01, "share of FP16 peak the SVD reaches (estimate)",
                                      side="simulator", low=0.0, high=1.0, low_open=True)
+    uva_rate_fraction: float = knob(1.0, "share of the link's DMA rate the zero-copy value gather reaches "
+                                    "(as published; estimate)", side="simulator", low=0.0, high=1.0,
+                                    low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
