@@ -66,7 +66,11 @@ from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["InfiniGen", "FLEXGEN_DECODER", "published_cpu_gather_s"]
+__all__ = ["InfiniGen", "FLEXGEN_DECODER", "HOST_COPY_TRAFFIC", "published_cpu_gather_s"]
+
+# bytes of DRAM traffic per byte of a host copy: read the source, write the destination, and the
+# write-allocate read of the destination's lines (ordinary stores)
+HOST_COPY_TRAFFIC = 3.0
 
 # FlexGen's eager OPT decoder (module docstring): qkv, attention, out_proj, ffn, per step (LM head, sampling)
 FLEXGEN_DECODER = DecoderRecipe(
@@ -280,9 +284,15 @@ def published_cpu_gather_s(ctx: CostContext, rows: np.ndarray, kv_bytes: np.ndar
     :23-24; a CPU index_select, torch_gather_row_s per row, measured by benchmarks/bench_host_gather.py),
     then the assignment of both results into the pinned `prefetch_kv` buffer (flex_opt.py:457: a host
     copy of the gathered `kv_bytes`, host_copy_s_per_gb) before the pinned buffer is copied to the GPU
-    (flex_opt.py:461-465 -> pytorch_backend.py:873-877, the pinned path of general_copy)."""
+    (flex_opt.py:461-465 -> pytorch_backend.py:873-877, the pinned path of general_copy). Each of the two
+    passes takes at least its memory traffic (HOST_COPY_TRAFFIC x the bytes) at the host's memory
+    bandwidth (host.memory_bandwidth_gbps), which binds on a host with little of it."""
     sw = ctx.software
     assert sw is not None
     rows = np.asarray(rows, dtype=np.float64)
-    copy_s = np.asarray(kv_bytes, dtype=np.float64) / 1e9 * sw.host_copy_s_per_gb
-    return 2.0 * rows * sw.torch_gather_row_s + copy_s
+    kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
+    # each pass reads, writes and write-allocates its bytes: never faster than the host's memory allows
+    traffic_s = HOST_COPY_TRAFFIC * kv_bytes / (ctx.profile.host.memory_bandwidth_gbps * 1e9)
+    gather_s = np.maximum(2.0 * rows * sw.torch_gather_row_s, traffic_s)
+    copy_s = np.maximum(kv_bytes / 1e9 * sw.host_copy_s_per_gb, traffic_s)
+    return gather_s + copy_s

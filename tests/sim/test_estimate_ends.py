@@ -83,10 +83,16 @@ def test_spread_brackets_the_priced_answer() -> None:
 
 
 def test_infinigen_host_gather_is_per_row_plus_the_copy_into_the_pinned_buffer() -> None:
-    class _Ctx:
-        software = load_software(DEFAULT_SOFTWARE)
+    from types import SimpleNamespace
 
-    sw = _Ctx.software
+    sw = load_software(DEFAULT_SOFTWARE)
+
+    def ctx(host_gbps: float) -> SimpleNamespace:
+        host = SimpleNamespace(memory_bandwidth_gbps=host_gbps)
+        return SimpleNamespace(software=sw, profile=SimpleNamespace(host=host))
+
     rows, kv_bytes = 16384.0, 16384.0 * 512
-    got = float(published_cpu_gather_s(_Ctx(), rows, kv_bytes))  # type: ignore[arg-type]
+    got = float(published_cpu_gather_s(ctx(204.8), rows, kv_bytes))  # type: ignore[arg-type]
     assert got == pytest.approx(2 * rows * sw.torch_gather_row_s + kv_bytes / 1e9 * sw.host_copy_s_per_gb)
+    slow = float(published_cpu_gather_s(ctx(10.0), rows, kv_bytes))  # type: ignore[arg-type]
+    assert slow == pytest.approx(2 * 3.0 * kv_bytes / 10e9)  # both passes bound by the memory traffic
