@@ -70,6 +70,10 @@ SOFTWARE_FIELDS: dict[str, str] = {
 }
 
 
+# fields added after the first profiles: a file without them takes the default shipped profile's entry
+LATER_FIELDS = ("torch_gather_row_s", "host_copy_s_per_gb")
+
+
 class SoftwareError(SimInputError):
     """A software profile that cannot be found or is invalid; the message names the file and field."""
 
@@ -156,6 +160,7 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SoftwareError(f"software profile {origin}: 'name' must be a non-empty string")
+    raw = {**raw, **{k: _shipped_entry(k, origin) for k in LATER_FIELDS if k not in raw}}
     missing = [k for k in SOFTWARE_FIELDS if k not in raw]
     if missing:
         raise SoftwareError(
@@ -196,6 +201,12 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
         ranges=ranges,
         **values,
     )
+
+
+def _shipped_entry(key: str, origin: str) -> dict[str, Any]:
+    """The default shipped profile's entry for a field added after user files were written, labelled so."""
+    entry = load_yaml(read_text_file(_SHIPPED_DIR / f"{DEFAULT_SOFTWARE}.yaml", "software profile file"))[key]
+    return {**entry, "source": f"not in {origin}: {DEFAULT_SOFTWARE}'s value ({entry['source']})"}
 
 
 def _range(raw: object, value: float, where: str) -> tuple[float, float]:

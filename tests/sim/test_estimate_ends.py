@@ -96,3 +96,14 @@ def test_infinigen_host_gather_is_per_row_plus_the_copy_into_the_pinned_buffer()
     assert got == pytest.approx(2 * rows * sw.torch_gather_row_s + kv_bytes / 1e9 * sw.host_copy_s_per_gb)
     slow = float(published_cpu_gather_s(ctx(10.0), rows, kv_bytes))  # type: ignore[arg-type]
     assert slow == pytest.approx(2 * 3.0 * kv_bytes / 10e9)  # both passes bound by the memory traffic
+
+
+def test_a_profile_written_before_the_host_copy_fields_still_loads(tmp_path: Path) -> None:
+    doc = load_software(DEFAULT_SOFTWARE).to_dict()
+    del doc["torch_gather_row_s"], doc["host_copy_s_per_gb"]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump({**doc, "name": "old"}))
+    prof = load_software(path)
+    assert prof.torch_gather_row_s == load_software(DEFAULT_SOFTWARE).torch_gather_row_s
+    assert prof.sources["host_copy_s_per_gb"].startswith(f"not in {path}: {DEFAULT_SOFTWARE}'s value")
+    assert "torch_gather_row_s" in prof.ranges
