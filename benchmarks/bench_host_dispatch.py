@@ -11,7 +11,9 @@ What it measures: the host time of the calls the as-published method models coun
   and a CPU kernel (on a CUDA build the CPU kernel is replaced by a cudaLaunchKernel of ~2.5 us:
   `torch_op_dispatch_s` = this dispatch + the launch);
 - `.item()` and `.tolist()` on a CPU scalar tensor: the Python side of a read-back (no device sync);
-- `index_select 256 rows`: the fixed part of a small host gather.
+- `index_select 256 rows`: the fixed part of a small host gather;
+- `torch.tensor(list of 2048 ints)`: a page table built from a Python list (Quest's
+  `InferenceController.begin_forward`, quest/utils/controller.py:103-109), per element.
 Best of `--repeats` loops of `--calls` calls each; the loop's own cost (an empty loop) is subtracted.
 
 This is the CPU build (no CUDA): the numbers bound the Python + ATen dispatch part of the profile's
@@ -57,6 +59,7 @@ def measure(calls: int, repeats: int) -> list[dict[str, float | str]]:
     table = torch.randn(4096, 128, dtype=torch.float16)
     idx = torch.randint(0, 4096, (256,))
     scalar = torch.tensor(3)
+    page_ids = list(range(2048))
 
     def nothing() -> None:
         return None
@@ -71,6 +74,7 @@ def measure(calls: int, repeats: int) -> list[dict[str, float | str]]:
         (".item() (CPU)", lambda: scalar.item()),
         (".tolist() (CPU, 1 elem)", lambda: scalar.tolist()),
         ("index_select 256 rows x 256 B", lambda: table.index_select(0, idx)),
+        ("torch.tensor(list of 2048 ints)", lambda: torch.tensor(page_ids, dtype=torch.int32)),
     ]
     rows: list[dict[str, float | str]] = []
     _, loop_us = _per_call_us(nothing, calls, repeats)
