@@ -29,9 +29,18 @@ THIRD_PARTY_HEAD_PAGES = 23
 
 def spans(batch: int, step: int) -> dict[str, float]:
     """Mean and max span (s) of the blocking recall per corrected layer, and from the selection on."""
-    cfg = SimConfig(model=MODEL, hardware="a100-40g-pcie4", method="freekv", batch_size=batch,
-                    input_tokens=600, output_tokens=step + 1, page_size=32, budget_tokens=2048,
-                    sink_tokens=512, window_tokens=512)
+    cfg = SimConfig(
+        model=MODEL,
+        hardware="a100-40g-pcie4",
+        method="freekv",
+        batch_size=batch,
+        input_tokens=600,
+        output_tokens=step + 1,
+        page_size=32,
+        budget_tokens=2048,
+        sink_tokens=512,
+        window_tokens=512,
+    )
     demand = synthetic_demand(get_preset("freekv-tau0.9").spec(), model=MODEL, seed=0)
     events = run_simulation(cfg, demand, seed=0, timeline_steps=[step]).timeline(step)
     by_layer: dict[int, dict[str, list[dict]]] = {}
@@ -46,8 +55,12 @@ def spans(batch: int, step: int) -> dict[str, float]:
         call.append(end - min(x["start_s"] for x in host))
         first = ops.get("select_sync", host)
         from_select.append(end - min(x["start_s"] for x in first))
-    return {"layers": len(call), "call_mean_s": float(np.mean(call)), "call_max_s": float(np.max(call)),
-            "select_mean_s": float(np.mean(from_select))}
+    return {
+        "layers": len(call),
+        "call_mean_s": float(np.mean(call)),
+        "call_max_s": float(np.max(call)),
+        "select_mean_s": float(np.mean(from_select)),
+    }
 
 
 def main() -> None:
@@ -58,13 +71,17 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     if not batches or min(batches) < 1 or args.step < 1:
         parser.error("--batches takes positive integers and --step must be >= 1")
-    print(f"third-party measurement: {THIRD_PARTY_S * 1e3:.1f} ms for ~{THIRD_PARTY_HEAD_PAGES} head-pages "
-          "(batch not stated)")
+    print(
+        f"third-party measurement: {THIRD_PARTY_S * 1e3:.1f} ms for ~{THIRD_PARTY_HEAD_PAGES} head-pages "
+        "(batch not stated)"
+    )
     print(f"{'batch':>5} {'layers':>6} {'call mean ms':>12} {'call max ms':>11} {'select+call ms':>14}")
     for b in batches:
         s = spans(b, args.step)
-        print(f"{b:>5} {s['layers']:>6} {s['call_mean_s'] * 1e3:>12.3f} {s['call_max_s'] * 1e3:>11.3f} "
-              f"{s['select_mean_s'] * 1e3:>14.3f}")
+        print(
+            f"{b:>5} {s['layers']:>6} {s['call_mean_s'] * 1e3:>12.3f} {s['call_max_s'] * 1e3:>11.3f} "
+            f"{s['select_mean_s'] * 1e3:>14.3f}"
+        )
 
 
 if __name__ == "__main__":
