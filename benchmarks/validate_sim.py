@@ -50,7 +50,9 @@ __all__ = [
     "authors_infinite_batch",
     "evaluate",
     "main",
+    "method_groups",
     "print_infinite_batch_check",
+    "print_tallies",
     "tallies",
     "tally_groups",
 ]
@@ -94,6 +96,24 @@ def tally_groups(results: list[dict]) -> list[tuple[str, list[dict]]]:
         if group and all(group != seen for _, seen in out):
             out.append((label, group))
     return out
+
+
+def method_groups(results: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Measured rows per simulated method (Row.method), in first-seen order: the per-method tallies."""
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        if r["row"].measured:
+            out.setdefault(r["row"].method or "?", []).append(r)
+    return list(out.items())
+
+
+def print_tallies(label: str, group: list[dict], modes: tuple[str, ...]) -> None:
+    n = len(group)
+    print(f"{label} ({n}):")
+    for mode in modes:
+        t = tallies(group, mode)
+        bands = ", ".join(f"within {b}x: {t[b]}/{n} ({100 * t[b] / n:.0f}%)" for b in BANDS)
+        print(f"{mode:>14}: {bands}")
 
 
 def print_infinite_batch_check() -> None:
@@ -177,12 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         print_infinite_batch_check()
         print()
     for label, group in tally_groups(results):
-        n = len(group)
-        print(f"{label} ({n}):")
-        for mode in modes:
-            t = tallies(group, mode)
-            bands = ", ".join(f"within {b}x: {t[b]}/{n} ({100 * t[b] / n:.0f}%)" for b in BANDS)
-            print(f"{mode:>14}: {bands}")
+        print_tallies(label, group, modes)
+    print("\nper method, measured rows:")
+    for method, group in method_groups(results):
+        print_tallies(f"  {method}", group, modes)
     if args.write_bands is not None:
         atomic_write_text(Path(args.write_bands), dump_document(bands_document(results)))
         print(f"\nvalidation bands written to {args.write_bands}")

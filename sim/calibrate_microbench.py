@@ -183,6 +183,7 @@ def calibrate_microbench(
         name=f"{base_sw.name}-calibrated",
         description=f"{base_sw.name} calibrated from {p.name} ({_machine(data)})",
         sources=sw_sources,
+        ranges={k: v for k, v in base_sw.ranges.items() if k not in sw_values},  # calibrated: no estimate
         **{k: v for k, (v, _) in sw_values.items()},
     )
 

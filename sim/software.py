@@ -10,7 +10,9 @@ subfolder of any directory listed in `FREEKV_DSE_PROFILES` (the hardware profile
 file shadows a shipped one of the same name). A file is flat: `name`, `description`, and every field
 of `SoftwareProfile` written `{value: <seconds>, source: "<reference>"}` or
 `{value: <seconds>, calibrated: "<measurement>"}`; "estimate: <reasoning>" in a source says how a
-number was derived where no public measurement exists. Times in seconds, all >= 0.
+number was derived where no public measurement exists, and such an entry states the range the number
+could take, `range: [<low>, <high>]` (seconds, low <= value <= high; `estimate_ends` moves every ranged
+field to one end together). Times in seconds, all >= 0.
 
 Method models use these numbers only in the "as-published" implementation mode (SimConfig.implementation);
 the "ideal" mode charges none of them (docs/hardware.md, "Software profiles").
@@ -40,6 +42,7 @@ __all__ = [
     "list_software",
     "software_dirs",
     "find_software_file",
+    "estimate_ends",
 ]
 
 DEFAULT_SOFTWARE = "pytorch2-cuda12"
@@ -62,7 +65,14 @@ SOFTWARE_FIELDS: dict[str, str] = {
     "readback_s": "device-to-host read-back of a small tensor (.item() / .cpu()), host side",
     "thread_handoff_s": "hand one task to a host worker thread and wake it",
     "python_layer_s": "per decoder layer Python overhead of an HF-style module forward",
+    "torch_gather_row_s": "host time per scattered row (<= 256 B) gathered by torch indexing on the host",
+    "host_copy_s_per_gb": "host time per GB of a contiguous host-to-host copy (memcpy / tensor.copy_)",
+    "python_list_elem_s": "host time per element of a Python list turned into a tensor (torch.tensor(list))",
 }
+
+
+# fields added after the first profiles: a file without them takes the default shipped profile's entry
+LATER_FIELDS = ("torch_gather_row_s", "host_copy_s_per_gb", "python_list_elem_s")
 
 
 class SoftwareError(SimInputError):
@@ -90,13 +100,19 @@ class SoftwareProfile:
     readback_s: float
     thread_handoff_s: float
     python_layer_s: float
+    torch_gather_row_s: float
+    host_copy_s_per_gb: float
+    python_list_elem_s: float
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """name, description and {field: {"value", "source"}} (JSON-able)."""
         out: dict[str, Any] = {"name": self.name, "description": self.description}
         for key in SOFTWARE_FIELDS:
             out[key] = {"value": getattr(self, key), "source": self.sources.get(key, "")}
+            if key in self.ranges:
+                out[key]["range"] = list(self.ranges[key])
         return out
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> SoftwareProfile:
@@ -112,7 +128,8 @@ class SoftwareProfile:
             sources[key] = f"override ({value})"
         import dataclasses
 
-        return dataclasses.replace(self, sources=sources, **changes)
+        ranges = {k: v for k, v in self.ranges.items() if k not in changes}  # an override is no estimate
+        return dataclasses.replace(self, sources=sources, ranges=ranges, **changes)
 
 
 def _seconds(value: object, where: str) -> float:
@@ -145,6 +162,7 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SoftwareError(f"software profile {origin}: 'name' must be a non-empty string")
+    raw = {**raw, **{k: _shipped_entry(k, origin) for k in LATER_FIELDS if k not in raw}}
     missing = [k for k in SOFTWARE_FIELDS if k not in raw]
     if missing:
         raise SoftwareError(
@@ -153,6 +171,7 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
         )
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
+    ranges: dict[str, tuple[float, float]] = {}
     for key in SOFTWARE_FIELDS:
         entry = raw[key]
         where = f"software profile {origin}: field {key!r}"
@@ -162,9 +181,9 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
                 "\"<datasheet, benchmark, paper, or 'estimate: <reasoning>'>\"} or "
                 "{value: ..., calibrated: \"<measurement>\"}"
             )
-        extra = sorted(set(entry) - {"value", "source", "calibrated"})
+        extra = sorted(set(entry) - {"value", "source", "calibrated", "range"})
         if extra:
-            raise SoftwareError(f"{where}: unknown key(s) {extra}; valid: value, source, calibrated")
+            raise SoftwareError(f"{where}: unknown key(s) {extra}; valid: value, source, calibrated, range")
         if "value" not in entry:
             raise SoftwareError(f"{where}: missing 'value'")
         origins = [entry.get(k) for k in ("source", "calibrated") if entry.get(k) is not None]
@@ -175,12 +194,31 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
             )
         values[key] = _seconds(entry["value"], where)
         sources[key] = ("calibrated: " if "calibrated" in entry else "") + " ".join(origins[0].split())
+        if "range" in entry:
+            ranges[key] = _range(entry["range"], values[key], where)
     return SoftwareProfile(
         name=name.strip(),
         description=" ".join(str(raw.get("description", "")).split()),
         sources=sources,
+        ranges=ranges,
         **values,
     )
+
+
+def _shipped_entry(key: str, origin: str) -> dict[str, Any]:
+    """The default shipped profile's entry for a field added after user files were written, labelled so."""
+    entry = load_yaml(read_text_file(_SHIPPED_DIR / f"{DEFAULT_SOFTWARE}.yaml", "software profile file"))[key]
+    return {**entry, "source": f"not in {origin}: {DEFAULT_SOFTWARE}'s value ({entry['source']})"}
+
+
+def _range(raw: object, value: float, where: str) -> tuple[float, float]:
+    """[low, high] seconds with low <= value <= high."""
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise SoftwareError(f"{where}: 'range' must be [low, high] in seconds, got {raw!r}")
+    low, high = (_seconds(x, f"{where} range") for x in raw)
+    if not low <= value <= high:
+        raise SoftwareError(f"{where}: 'range' [{low}, {high}] must contain the value {value}")
+    return low, high
 
 
 def software_dirs() -> list[Path]:
@@ -246,3 +284,12 @@ def load_software(name_or_path: str | os.PathLike[str] | SoftwareProfile) -> Sof
 def fields_of(profile: SoftwareProfile) -> dict[str, float]:
     """{field: seconds} of a profile (the numbers only)."""
     return {f.name: getattr(profile, f.name) for f in fields(profile) if f.name in SOFTWARE_FIELDS}
+
+
+def estimate_ends(profile: SoftwareProfile) -> dict[str, dict[str, float]]:
+    """{"low": {field: low}, "high": {field: high}}: every field with a stated range at that end (the
+    overrides that price an answer with all the profile's estimates at their cheap or dear ends)."""
+    return {
+        "low": {k: lo for k, (lo, _) in profile.ranges.items()},
+        "high": {k: hi for k, (_, hi) in profile.ranges.items()},
+    }

@@ -14,6 +14,7 @@ import torch
 
 from gpu_parts.cudart import Cudart
 from gpu_parts.microbench import HBM_PEAK_GBPS, ROW_BYTES, SIZES, host_s
+from gpu_parts.microbench_host_paths import host_path_tables
 from gpu_parts.microbench_selection import topk_table, uva_gather_blocks_table, uva_gather_table
 
 __all__ = ["measure_cuda"]
@@ -309,6 +310,7 @@ def measure_cuda(doc: dict[str, Any], quick: bool) -> None:
         ("topk", lambda: topk_table(doc, quick, device_s, _measured_hbm_gbps(doc))),
         ("uva_gather", lambda: uva_gather_table(doc, quick, device_s)),
         ("uva_gather_blocks", lambda: uva_gather_blocks_table(doc, quick, device_s)),
+        ("host_paths", lambda: host_path_tables(doc, quick, rt)),
     ]
     for name, fn in items:
         t0 = time.perf_counter()

@@ -81,6 +81,9 @@ command.add_command(calibrate_command)
 @click.option("--tau", type=float, help="recompute corrections from recorded similarities [the trace's]")
 @what_if_options
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--estimate-ranges/--no-estimate-ranges", "estimate_ranges", default=None,
+              help="also price as-published answers with every estimated constant at the cheap and at the "
+              "dear end of its stated range (low/high ms per token) [on, off with --method all]")
 @click.option("--engine", type=click.Choice(["aggregated", "simpy"]), default="aggregated", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print every output as JSON")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path),
@@ -105,9 +108,9 @@ def run_command(trace: Path | None, synthetic: str | None, model: str, hardware:
                 output_tokens: int, page_size: int | None, budget_tokens: int | None, sink_tokens: int | None,
                 window_tokens: int | None, dense_layers: str | None, tau: float | None,
                 overrides: tuple[str, ...], options: tuple[str, ...], software: str | None, seed: int,
-                engine: str, as_json: bool, csv_path: Path | None, timeline_html: Path | None,
-                chrome_trace: Path | None, timeline_steps: str, study_source: str | None, trial: str | None,
-                transplant_method: bool) -> None:
+                estimate_ranges: bool | None, engine: str, as_json: bool, csv_path: Path | None,
+                timeline_html: Path | None, chrome_trace: Path | None, timeline_steps: str,
+                study_source: str | None, trial: str | None, transplant_method: bool) -> None:
     """Simulate METHOD on HARDWARE for MODEL, from TRACE, --study S --trial N, or --synthetic SPEC.
 
     With a TRACE, page size, budget, sink, window, tau and dense layers are the trace's unless given here
@@ -131,7 +134,12 @@ def run_command(trace: Path | None, synthetic: str | None, model: str, hardware:
     ans = answer(question)
     steps = _timeline_steps(timeline_steps, output_tokens)
     runs = [_simulate(ans, batch, seed, engine, steps) for batch in batches]
-    _show(ans, batches, runs, method == "all", as_json, csv_path, (timeline_html, chrome_trace, steps))
+    ends = []
+    if estimate_ranges if estimate_ranges is not None else method != "all":
+        from dse.commands.sim_estimates import spreads
+
+        ends = [spreads(ans, b, seed, engine, r[0]) for b, r in zip(batches, runs, strict=True)]
+    _show(ans, batches, runs, method == "all", as_json, csv_path, (timeline_html, chrome_trace, steps), ends)
 
 
 def _demand(trace: Path | None, synthetic: str | None, study_source: str | None, trial: str | None) -> Any:
@@ -216,9 +224,11 @@ def _simulate(ans: Any, batch: int, seed: int, engine: str,
 
 
 def _show(ans: Any, batches: list[int], runs: list, every: bool, as_json: bool, csv_path: Path | None,
-          timeline: tuple) -> None:
-    """Print the results (tables or JSON), write the CSV and the timeline."""
+          timeline: tuple, ends: list) -> None:
+    """Print the results (tables or JSON), write the CSV and the timeline; `ends`: per batch, the
+    estimate-range spreads (dse.commands.sim_estimates), or empty."""
     from dse.commands import sim_render as render
+    from dse.commands.sim_estimates import print_spreads, spreads_json
 
     modes = list(ans.question.implementations)
     method = "all" if every else ans.methods[0]
@@ -229,15 +239,20 @@ def _show(ans: Any, batches: list[int], runs: list, every: bool, as_json: bool, 
         render.write_timelines(runs[0][0][modes[0]], timeline[2], timeline[0], timeline[1])
     if as_json:
         payloads = [render.json_payload(r[0], r[1], modes, method, notes, trace_info) for r in runs]
+        for payload, found in zip(payloads, ends, strict=False):  # beside the as-published result
+            target = payload["as-published"] if len(modes) > 1 and not every else payload
+            target["estimate_ranges"] = spreads_json(found)
         out = payloads[0] if len(batches) == 1 else {
             "batches": {str(b): p for b, p in zip(batches, payloads, strict=True)}}
         click.echo(json.dumps(out, indent=2, default=float))
         return
     for note in notes:
         click.echo(f"note: {note}")
-    for by_mode, skipped in runs:
+    for i, (by_mode, skipped) in enumerate(runs):
         if every:
             render.print_comparison(by_mode, skipped)
         else:
             for results in by_mode.values():
                 render.print_single(results[method])
+        if i < len(ends):
+            print_spreads(ends[i], batches[i])

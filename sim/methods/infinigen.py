@@ -66,7 +66,11 @@ from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
-__all__ = ["InfiniGen", "FLEXGEN_DECODER"]
+__all__ = ["InfiniGen", "FLEXGEN_DECODER", "HOST_COPY_TRAFFIC", "published_cpu_gather_s"]
+
+# bytes of DRAM traffic per byte of a host copy: read the source, write the destination, and the
+# write-allocate read of the destination's lines (ordinary stores)
+HOST_COPY_TRAFFIC = 3.0
 
 # FlexGen's eager OPT decoder (module docstring): qkv, attention, out_proj, ffn, per step (LM head, sampling)
 FLEXGEN_DECODER = DecoderRecipe(
@@ -224,6 +228,10 @@ class InfiniGen(DecoderMethod):
         n_prefetch = np.where(fetched > 0, n_prefetch, 0)
         if ctx.as_published:  # the gather is host work (no GPU time): index read-back, CPU ops, CPU gather
             at_target = np.where(target[None, :], 1.0, 0.0) * ones
+            if self.knobs.gather == "cpu":
+                rows = b * m.n_kv_heads * fetched  # rows of d elements, per K and per V
+                host_gather = published_cpu_gather_s(ctx, rows, kv_bytes)
+                gather = np.where(target[None, :], readback + host_gather, 0.0)
             gather_host = at_target * (
                 np.asarray(gather, dtype=np.float64) + host_s(ctx, HostOps(readbacks=1, torch_ops=2))
             )
@@ -268,3 +276,23 @@ class InfiniGen(DecoderMethod):
         layer_bytes = cfg.batch_size * cfg.input_tokens * 2 * m.n_kv_heads * m.head_dim * cfg.dtype_bytes
         parts["prefill_offload_exposed"] = prefill_offload_exposed_s(ctx, parts, layer_bytes, n_off)
         return parts
+
+
+def published_cpu_gather_s(ctx: CostContext, rows: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
+    """Host seconds of InfiniGen's gather as its code runs it (as-published): two F.embedding calls on the
+    host-resident cache, K and V, each of `rows` scattered rows of d elements (kv_selection_controller.py
+    :23-24; a CPU index_select, torch_gather_row_s per row, measured by benchmarks/bench_host_gather.py),
+    then the assignment of both results into the pinned `prefetch_kv` buffer (flex_opt.py:457: a host
+    copy of the gathered `kv_bytes`, host_copy_s_per_gb) before the pinned buffer is copied to the GPU
+    (flex_opt.py:461-465 -> pytorch_backend.py:873-877, the pinned path of general_copy). Each of the two
+    passes takes at least its memory traffic (HOST_COPY_TRAFFIC x the bytes) at the host's memory
+    bandwidth (host.memory_bandwidth_gbps), which binds on a host with little of it."""
+    sw = ctx.software
+    assert sw is not None
+    rows = np.asarray(rows, dtype=np.float64)
+    kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
+    # each pass reads, writes and write-allocates its bytes: never faster than the host's memory allows
+    traffic_s = HOST_COPY_TRAFFIC * kv_bytes / (ctx.profile.host.memory_bandwidth_gbps * 1e9)
+    gather_s = np.maximum(2.0 * rows * sw.torch_gather_row_s, traffic_s)
+    copy_s = np.maximum(kv_bytes / 1e9 * sw.host_copy_s_per_gb, traffic_s)
+    return gather_s + copy_s

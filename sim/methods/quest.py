@@ -40,9 +40,12 @@ sim/methods/host_costs.py with the software profile):
   down (llama.py:99) + residual add: 6 eager ops.
 - plan, once per step at layer 0 and again at the first sparse layer: InferenceController.begin_forward
   (quest/models/llama.py:430, :439; quest/utils/controller.py:80-129) builds the page tables with
-  `torch.tensor(python_list, device=cuda)` (controller.py:84-85, 103-115): 3 blocking host-to-device
-  copies (each a read-back-priced synchronous copy: the host waits for the stream) and 3 torch.zeros
-  allocations (controller.py:118-120): the host waits for the GPU there (host_sync).
+  `torch.tensor(python_list, device=cuda)`: at the step's first call 6 blocking host-to-device copies
+  (controller.py:84, 85, 103, 106, 109, 115; each a read-back-priced synchronous copy: the host waits for
+  the stream), three of them from Python lists of ~n_pages ids (python_list_elem_s per element), a
+  .repeat and 3 torch.zeros (:106, :118-120) and the decode handler's begin_forward (:122); at the second
+  (updateTensor False) the copy at :115, the zeros and the handler (`published_plan_s`). The host waits
+  for the GPU there (host_sync).
 - lm_head + sampling: final norm, LM head, sampling ops (3 eager ops) and the token read-back that ends
   each step (host_sync).
 """
@@ -156,20 +159,16 @@ class Quest(GroupOptionMethod):
 
     @staticmethod
     def _plan(ctx: CostContext) -> Kernel:
-        """As published: page tables rebuilt at layer 0 and at the first sparse layer (module docstring);
-        on the GPU, the three small blocking copies: one DMA latency each (a few hundred bytes)."""
+        """As published: page tables rebuilt at layer 0 and at the first sparse layer (module docstring;
+        priced by `published_plan_s`)."""
         plan_at = np.zeros(ctx.model.n_layers, dtype=bool)
         if ctx.as_published:
             plan_at[0] = True
             sparse_layers = np.flatnonzero(~ctx.demand.dense_layer)
             if len(sparse_layers):
                 plan_at[sparse_layers[0]] = True
-        plan_gpu = 3 * ctx.profile.link.dma_latency_s
-        return Kernel(
-            np.where(plan_at[None, :], plan_gpu, 0.0) * np.ones(ctx.shape),
-            host_s=np.where(plan_at[None, :], host_s(ctx, HostOps(torch_ops=3, readbacks=3)), 0.0)
-            * np.ones(ctx.shape),
-        )
+        plan_gpu, plan_host = published_plan_s(ctx, plan_at)
+        return Kernel(plan_gpu, host_s=plan_host)
 
     def recall(self, ctx: CostContext) -> Transfer:
         """The offloaded variant's synchronous recall (module docstring): one copy per recalled (sequence,
@@ -208,3 +207,33 @@ class Quest(GroupOptionMethod):
         gpu = n_sparse * self.sets_per_layer(model) * cache + dense_kv
         return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(gpu + summaries),
                           host_per_seq_bytes=int(n_sparse * ctx_tokens * per_layer))
+
+
+# InferenceController.begin_forward for a decode step (mit-han-lab/Quest quest/utils/controller.py:80-129)
+# with updateTensor (the first call of a step): torch.tensor(..., device=cuda) at 84, 85, 103, 106, 109,
+# 115 (6 blocking host->device copies), .repeat (106) and 3 torch.zeros (118-120), the decode handler's
+# begin_forward (122); without updateTensor (the call at the first sparse layer, quest/models/llama.py:439):
+# 115, the zeros and the handler.
+PLAN_FIRST = HostOps(torch_ops=4, readbacks=6, ext_calls=1)
+PLAN_AGAIN = HostOps(torch_ops=3, readbacks=1, ext_calls=1)
+
+
+def published_plan_s(ctx: CostContext, plan_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU seconds, host seconds), each (S, L), of the page-table rebuilds at the layers `plan_at` (L,):
+    the first of a step also turns three Python lists of page ids into tensors (controller.py:103, 106,
+    109: the pages, the pages but the last, the metadata pages), python_list_elem_s per element. GPU:
+    one DMA latency per blocking copy (a few hundred bytes to a few KiB each)."""
+    first = np.zeros(ctx.model.n_layers, dtype=bool)
+    first[np.argmax(plan_at)] = plan_at.any()
+    again = plan_at & ~first
+    pages = np.ceil(ctx.demand.context_tokens.astype(np.float64) / ctx.cfg.page_size)  # (S,)
+    elems = 2.0 * pages + np.ceil(pages / ctx.cfg.page_size)
+    sw = ctx.software
+    lists = elems * sw.python_list_elem_s if ctx.as_published and sw is not None else np.zeros_like(elems)
+    host_first = host_s(ctx, PLAN_FIRST) + lists
+    host = np.where(first[None, :], np.asarray(host_first)[:, None], 0.0) + np.where(
+        again[None, :], host_s(ctx, PLAN_AGAIN), 0.0
+    )
+    latency = ctx.profile.link.dma_latency_s
+    gpu = np.where(first[None, :], 6 * latency, 0.0) + np.where(again[None, :], latency, 0.0)
+    return gpu * np.ones(ctx.shape), host * np.ones(ctx.shape)

@@ -114,7 +114,8 @@ class ShadowKV(DecoderMethod):
     """ShadowKV (module docstring). Knobs: rank, chunk_tokens, svd_interval_tokens (0: SVD at prefill
     only, as ShadowKV's code; N: re-run every N generated tokens), svd_every_window (re-run every W
     tokens: the FreeKV paper's protocol), svd_flops_fraction (share of the FP16 tensor peak the fp32 SVD
-    reaches)."""
+    reaches), uva_rate_fraction (share of the link's DMA rate the zero-copy value gather reaches, as
+    published)."""
 
     sources: ClassVar[tuple[str, ...]] = (
         "Sun et al., ShadowKV: KV Cache in Shadows for High-Throughput Long-Context LLM Inference "
@@ -127,6 +128,19 @@ class ShadowKV(DecoderMethod):
         "(option svd_every_window)",
         "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
     )
+
+    # estimated constants (sim/estimate_ends.py): knob -> (cheap end, dear end). The fp32 SVD's share of
+    # the FP16 tensor peak: 0.01 is an estimate (cuSOLVER gesvd/gesvdj is bound by its BLAS-2
+    # bidiagonalisation; no public rate at (context x 1024) fp32); 0.003-0.03 spans ~1-9 TFLOP/s on an
+    # A100, up to half its 19.5 TFLOP/s FP32 peak. The GPU suite's microbench table `svd` measures it.
+    # The zero-copy value gather's share of the link's DMA rate: 1.0 (the DMA rate) is an estimate; SMs read
+    # pinned memory in 128-byte requests, against the copy engine's larger ones, and the kernel's blocks
+    # bound the reads in flight; no public measurement of this kernel: 0.6-1.0. The GPU suite's
+    # `uva_gather_blocks` table measures it.
+    estimate_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "svd_flops_fraction": (0.03, 0.003),
+        "uva_rate_fraction": (1.0, 0.6),
+    }
 
     def recipe(self) -> DecoderRecipe:
         return SHADOWKV_DECODER
@@ -279,6 +293,8 @@ class ShadowKV(DecoderMethod):
         # chunks of c tokens
         fetch_bytes = missed_tokens * d * dt  # values only
         fetch_copy = np.asarray(cost.copy_s(fetch_bytes, c * d * dt, "h2d"), dtype=np.float64)
+        if ctx.as_published:  # a kernel reading pinned memory over UVA, at a share of the DMA rate
+            fetch_copy = fetch_copy / self.knobs.uva_rate_fraction
         sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
         return {
             "select": Kernel(

@@ -78,3 +78,17 @@ def test_hardware_software_lists_and_shows() -> None:
     assert "pytorch2-cuda12" in out and "pytorch2-cuda12.8" in out
     shown = json.loads(_run(["software", "pytorch2-cuda12", "--json"], hardware_command).output)
     assert shown["name"] == "pytorch2-cuda12" and shown["memcpy_async_call_s"]["source"]
+
+
+def test_sim_prints_the_answer_at_the_estimate_ends() -> None:
+    args = ["--synthetic", "correction=0.5,hit=0.8", "--model", "llama-3.1-8b",
+            "--hardware", "a100-40g-pcie4", "--method", "infinigen", "--batch", "1",
+            "--input-tokens", "2048", "--output-tokens", "4", "--implementation", "as-published"]
+    text = CliRunner().invoke(command, args)
+    assert text.exit_code == 0, text.output
+    assert "estimate ranges (as-published, batch 1)" in text.output and "infinigen" in text.output
+    out = CliRunner().invoke(command, [*args, "--json"])
+    ends = json.loads(out.output)["estimate_ranges"]["infinigen"]
+    assert ends["low_mean_s"] < ends["mean_s"] < ends["high_mean_s"]
+    off = CliRunner().invoke(command, [*args, "--json", "--no-estimate-ranges"])
+    assert "estimate_ranges" not in json.loads(off.output)

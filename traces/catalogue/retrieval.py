@@ -101,6 +101,9 @@ class ShadowKVKnobs(MethodKnobs):
                                   "FreeKV paper's setting)", side="simulator")
     svd_flops_fraction: float = knob(0.01, "share of FP16 peak the SVD reaches (estimate)",
                                      side="simulator", low=0.0, high=1.0, low_open=True)
+    uva_rate_fraction: float = knob(1.0, "share of the link's DMA rate the zero-copy value gather reaches "
+                                    "(as published; estimate)", side="simulator", low=0.0, high=1.0,
+                                    low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,7 +132,9 @@ class InfiniGenKnobs(MethodKnobs):
                        "InfiniGen's code) or the copy engine gathers scattered rows (dma)", side="simulator",
                        choices=("cpu", "dma"))
     cpu_gather_fraction: float = knob(0.3, "share of host DRAM bandwidth the CPU gather reaches "
-                                      "(estimate)", side="simulator", low=0.0, high=1.0, low_open=True)
+                                      "(estimate; ideal mode: as published the software profile's "
+                                      "torch_gather_row_s prices it)", side="simulator", low=0.0, high=1.0,
+                                      low_open=True)
     run_bytes: int = knob(0, "bytes per contiguous run of a DMA gather (0: one token's K or V "
                           "of one head)", side="simulator", low=0)
 

@@ -1,0 +1,151 @@
+"""Microbenchmark tables for the peers' host-bound paths (CUDA only; never run on a GPU yet).
+
+Tables added to microbench.json by `host_path_tables(doc, quick, device_s)`:
+- `svd`: `torch.svd(k.float())` on a (batch, context, n_kv * d) key matrix, what ShadowKV's
+  `get_svd` runs per layer (bytedance/ShadowKV models/kv_cache.py:209, n_kv * d = 1024 for Llama-3-8B),
+  at contexts 8K..64K; the achieved rate counts the R-SVD's 6 m n^2 + 20 n^3 flops (Golub & Van Loan
+  Sec. 8.6) per matrix, and `svd_flops_fraction` is that rate over the GPU's dense FP16 tensor peak
+  (the ShadowKV model's knob, sim/methods/shadowkv.py);
+- `memcpy2d_one_row`: FreeKV's NHD recall issues 2 * p cudaMemcpy2DAsync calls of ONE 256-byte row per
+  head-page (rooikeee/FreeKV source/freekv_cpp/src/recall.cu:170-187, height = group size 1): 64
+  back-to-back calls per head-page, host seconds per call and wall seconds per head-page (the stream
+  drained), against one cudaMemcpyAsync of the 16 KiB HND run (recall_cpuhnd_2buf.cu:140);
+- `readback`: `.item()` of a one-element tensor and `.to("cpu")` of 8 x 33 int32 page ids (FreeKV's
+  `rids_gpu.to(kCPU)`, recall_cpuhnd_2buf.cu:47) right after a tiny kernel: host wall time of the
+  read-back including the wait for the kernel.
+Each item is independent; a failure is recorded under doc["errors"] and the others run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["host_path_tables", "svd_flops", "TABLES", "FP16_DENSE_TFLOPS"]
+
+TABLES = ("tables.svd", "tables.memcpy2d_one_row", "tables.readback")
+# Dense FP16 tensor peaks (datasheets): A100 312, H100 SXM 989, H100 PCIe 756, H200 989 TFLOP/s
+FP16_DENSE_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0}
+KV_WIDTH = 1024  # n_kv * d of Llama-3-8B (8 x 128)
+
+
+def svd_flops(rows: int, cols: int) -> float:
+    """R-SVD operation count of one rows x cols matrix (Golub & Van Loan, Sec. 8.6)."""
+    return 6.0 * rows * cols * cols + 20.0 * cols**3
+
+
+def _fp16_peak_tflops() -> float | None:
+    name = torch.cuda.get_device_name(0)
+    for key in sorted(FP16_DENSE_TFLOPS, key=len, reverse=True):
+        if key in name:
+            return FP16_DENSE_TFLOPS[key]
+    return None
+
+
+def svd_table(doc: dict[str, Any], quick: bool) -> None:
+    contexts = (8192,) if quick else (8192, 32768, 65536)
+    peak = _fp16_peak_tflops()
+    rows = []
+    for context in contexts:
+        k = torch.randn(1, context, KV_WIDTH, device="cuda", dtype=torch.bfloat16)
+        torch.svd(k.float())  # warm-up (cuSOLVER handles, workspace)
+        torch.cuda.synchronize()
+        reps = 1 if quick else 3
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.svd(k.float())
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - t0) / reps
+        rate = svd_flops(context, KV_WIDTH) / seconds
+        rows.append(
+            {
+                "context": context,
+                "cols": KV_WIDTH,
+                "seconds": seconds,
+                "tflops": rate / 1e12,
+                "svd_flops_fraction": None if peak is None else rate / (peak * 1e12),
+            }
+        )
+        del k
+    doc["tables"]["svd"] = rows
+
+
+def memcpy2d_one_row_table(doc: dict[str, Any], rt: Any, quick: bool) -> None:
+    if rt is None:
+        raise RuntimeError("no CUDA runtime handle (see errors.cudart)")
+    row, per_page, pages = 256, 64, (20 if quick else 200)
+    src = torch.empty(pages * per_page * row * 8, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty(pages * per_page * row, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    sp, s_ptr, d_ptr = stream.cuda_stream, src.data_ptr(), dst.data_ptr()
+
+    def nhd_page(p: int) -> None:
+        for r in range(per_page):  # NHD: rows of one head sit 8 heads apart in the host page
+            off = (p * per_page + r) * row
+            rt.memcpy2d_async(d_ptr + off, row, s_ptr + off * 8, row, row, 1, sp)
+
+    def hnd_page(p: int) -> None:
+        rt.memcpy_async(d_ptr + p * per_page * row, s_ptr + p * per_page * row, per_page * row, sp)
+
+    out = []
+    for name, fn, calls in (
+        ("nhd: 64 x cudaMemcpy2DAsync of 1 row", nhd_page, per_page),
+        ("hnd: 1 x cudaMemcpyAsync of 16 KiB", hnd_page, 1),
+    ):
+        fn(0)
+        stream.synchronize()
+        t0 = time.perf_counter()
+        for p in range(pages):
+            fn(p)
+        t1 = time.perf_counter()
+        stream.synchronize()
+        t2 = time.perf_counter()
+        out.append(
+            {
+                "path": name,
+                "head_pages": pages,
+                "calls_per_head_page": calls,
+                "host_s_per_call": (t1 - t0) / (pages * calls),
+                "wall_s_per_head_page": (t2 - t0) / pages,
+            }
+        )
+    doc["tables"]["memcpy2d_one_row"] = out
+
+
+def readback_table(doc: dict[str, Any], quick: bool) -> None:
+    n = 50 if quick else 300
+    one = torch.ones(1, device="cuda")
+    rids = torch.zeros(8, 33, dtype=torch.int32, device="cuda")
+    rows = []
+    cases: tuple[tuple[str, Callable[[], Any]], ...] = (
+        (".item() after a tiny kernel", lambda: (one.add_(0), one.item())),
+        ("rids.to('cpu') 8x33 int32 after a tiny kernel", lambda: (rids.add_(0), rids.to("cpu"))),
+    )
+    for name, fn in cases:
+        fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        samples.sort()
+        rows.append({"item": name, "median_s": samples[len(samples) // 2], "p90_s": samples[int(0.9 * n)]})
+    doc["tables"]["readback"] = rows
+
+
+def host_path_tables(doc: dict[str, Any], quick: bool, rt: Any) -> None:
+    """Run the three tables; each failure goes to doc["errors"] under its table name."""
+    items: tuple[tuple[str, Callable[[], None]], ...] = (
+        ("svd", lambda: svd_table(doc, quick)),
+        ("memcpy2d_one_row", lambda: memcpy2d_one_row_table(doc, rt, quick)),
+        ("readback", lambda: readback_table(doc, quick)),
+    )
+    for name, fn in items:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - recorded; the other items run
+            doc["errors"][name] = f"{type(exc).__name__}: {exc}"
