@@ -93,7 +93,7 @@ def list_profiles() -> list[str]:
 
 def _load_file(path: Path) -> HardwareProfile:
     try:
-        raw = load_yaml(read_text_file(path, "hardware profile file"))
+        raw = load_yaml(read_text_file(path, "hardware profile file"), f"hardware profile file {path}")
     except FileReadError as exc:
         raise HardwareError(str(exc)) from None
     except yaml.YAMLError as exc:

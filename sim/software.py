@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +42,8 @@ __all__ = [
     "software_dirs",
     "find_software_file",
 ]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a name that is a plain file name, as hardware's
 
 DEFAULT_SOFTWARE = "pytorch2-cuda12"
 _SHIPPED_DIR = Path(__file__).resolve().parent / "software_profiles"
@@ -145,6 +148,11 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SoftwareError(f"software profile {origin}: 'name' must be a non-empty string")
+    if not _NAME.fullmatch(name.strip()):
+        raise SoftwareError(
+            f"software profile {origin}: 'name' {name!r} must be a plain file name (letters, digits, '.', "
+            "'_', '-', starting with a letter or digit; no '/' or '..'): calibration writes <name>.yaml"
+        )
     missing = [k for k in SOFTWARE_FIELDS if k not in raw]
     if missing:
         raise SoftwareError(
@@ -213,7 +221,7 @@ def list_software() -> list[str]:
 
 def _load_file(path: Path) -> SoftwareProfile:
     try:
-        raw = load_yaml(read_text_file(path, "software profile file"))
+        raw = load_yaml(read_text_file(path, "software profile file"), f"software profile file {path}")
     except FileReadError as exc:
         raise SoftwareError(str(exc)) from None
     except yaml.YAMLError as exc:

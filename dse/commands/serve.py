@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from dse.commands.capacity import accuracy_options
+from dse.commands.number_types import number
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
@@ -27,6 +28,7 @@ from dse.commands.replay_options import (
     transplant_option,
     what_if_options,
 )
+from traces.numbers import MILLISECONDS, RATE_PER_S, REQUESTS, SECONDS, SEED, TOKENS
 
 __all__ = ["command"]
 
@@ -39,35 +41,35 @@ __all__ = ["command"]
 )
 @click.option(
     "--input-tokens",
-    type=click.IntRange(min=1),
+    type=number(TOKENS),
     default=32768,
     show_default=True,
     help="prompt tokens per Poisson request",
 )
 @click.option(
     "--output-tokens",
-    type=click.IntRange(min=1),
+    type=number(TOKENS),
     default=512,
     show_default=True,
     help="generated tokens per Poisson request",
 )
 @click.option(
     "--ttft-slo-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(SECONDS),
     default=10.0,
     show_default=True,
     help="p99 time-to-first-token SLO, seconds",
 )
 @click.option(
     "--tpot-slo-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(MILLISECONDS),
     default=50.0,
     show_default=True,
     help="p99 per-token latency (time per output token after the first) SLO, milliseconds",
 )
 @click.option(
     "--arrival-rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(RATE_PER_S),
     help="requests per second (Poisson); without it, search the highest rate meeting both SLOs",
 )
 @click.option(
@@ -76,14 +78,14 @@ __all__ = ["command"]
     type=click.Path(path_type=Path),
     help="CSV/JSON of arrival_s,input_tokens,output_tokens to replay instead of Poisson arrivals",
 )
-@click.option("--n-requests", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--n-requests", type=number(REQUESTS), default=100, show_default=True)
 @demand_option
 @implementation_option
 @replay_knob_options
 @what_if_options
 @accuracy_options
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
 def command(model: str, hardware: str, methods: str, input_tokens: int, output_tokens: int, ttft_slo_s: float,
             tpot_slo_ms: float, arrival_rate: float | None, requests_file: Path | None, n_requests: int,
