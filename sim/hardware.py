@@ -111,7 +111,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
     )
     if looks_like_path:
         path = Path(text).expanduser()
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():  # other kinds of file: refused by the reader
             raise HardwareError(
                 f"hardware profile file {path} does not exist; pass a YAML file or one of "
                 f"the profile names: {', '.join(list_profiles())}"

@@ -238,7 +238,7 @@ def load_software(name_or_path: str | os.PathLike[str] | SoftwareProfile) -> Sof
     text = str(name_or_path)
     path = Path(text).expanduser()
     if text.endswith((".yaml", ".yml")) or os.sep in text:
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():  # other kinds of file: refused by the reader
             raise SoftwareError(f"software profile file {path}: not found")
         return _load_file(path)
     found = find_software_file(text)

@@ -27,9 +27,9 @@ from typing import Any
 __all__ = [
     "NumberError", "Range", "text_to_number", "SEED", "TOKENS", "CONTEXT_TOKENS", "BATCH", "REQUESTS",
     "SAMPLES", "TRIALS", "LAYERS",
-    "SECONDS", "SECONDS_OR_ZERO", "SHARE", "FRACTION", "OPEN_FRACTION", "COSINE",
-    "POSITIVE", "RATE_PER_S", "MILLISECONDS", "SYNTHETIC_STEPS", "SYNTHETIC_SEQS", "SYNTHETIC_PAGES",
-    "STANDARD_DEVIATION", "BYTES", "COUNT", "USD_PER_HOUR",
+    "SECONDS", "SECONDS_OR_ZERO", "FRACTION", "OPEN_FRACTION", "COSINE",
+    "RATE_PER_S", "MILLISECONDS", "SYNTHETIC_STEPS", "SYNTHETIC_SEQS", "SYNTHETIC_PAGES",
+    "STANDARD_DEVIATION", "COUNT", "USD_PER_HOUR",
 ]
 
 
@@ -139,13 +139,10 @@ LAYERS = Range(1, 1024, integer=True, unit="decoder layers")
 SAMPLES = Range(1, 1_000_000, integer=True, unit="samples")
 TRIALS = Range(1, 1_000_000, integer=True, unit="trials")
 COUNT = Range(0, 2**31 - 1, integer=True)
-BYTES = Range(1, 2**60, integer=True, unit="bytes", why="at most 2**60 (one exbibyte)")
 SECONDS = Range(0, 1e9, lo_open=True, unit="seconds")
 SECONDS_OR_ZERO = Range(0, 1e9, unit="seconds")
 MILLISECONDS = Range(0, 1e12, lo_open=True, unit="milliseconds")
 RATE_PER_S = Range(0, 1e9, lo_open=True, unit="per second")
-POSITIVE = Range(0, 1e18, lo_open=True)
-SHARE = Range(0, 1)
 FRACTION = Range(0, 1, lo_open=True)
 OPEN_FRACTION = Range(0, 1, lo_open=True, hi_open=True)
 COSINE = Range(-1, 1, unit="a cosine similarity")

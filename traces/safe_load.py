@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -185,9 +186,15 @@ def compose_yaml_text(text: str, where: str = "YAML text") -> yaml.Node | None:
         return yaml.compose(text, Loader=_loader_for(where))  # noqa: S506 - a SafeLoader subclass
 
 
-def _refuse_constant(where: str) -> Any:
+def _refuse_constant(where: str, text: str) -> Any:
     def refuse(name: str) -> Any:
-        raise LoadLimitError(f"{where} holds {name}, which is not a JSON number; write a finite number")
+        found = re.search(r"(?<![A-Za-z\"])-?" + name.lstrip("-") + r"(?![A-Za-z\"])", text)
+        at = ""
+        if found is not None:
+            line = text.count("\n", 0, found.start()) + 1
+            before = text[max(0, found.start() - 40):found.end()].split("\n")[-1].strip()
+            at = f" at line {line} ({before})"
+        raise LoadLimitError(f"{where} holds {name}{at}, which is not a JSON number; write a finite number")
 
     return refuse
 
@@ -221,7 +228,7 @@ def load_json_text(text: str, where: str = "JSON text") -> Any:
     """Parse `text` like json.loads, within this module's limits (LoadLimitError naming `where`);
     json.JSONDecodeError for a syntax error."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant(where),
+        value = json.loads(text, parse_constant=_refuse_constant(where, text),
                            object_pairs_hook=_unique_pairs(where))
     except RecursionError:
         raise LoadLimitError(f"{where} is nested deeper than {MAX_DEPTH} levels; "

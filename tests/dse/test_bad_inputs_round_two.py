@@ -58,8 +58,23 @@ def test_bad_input_is_refused_cleanly(case: Case, inputs: Path, capsys, monkeypa
 def test_a_software_name_cannot_write_outside_out(inputs: Path, tmp_path: Path, capsys) -> None:
     build = inputs
     out = tmp_path / "mb" / "out"
-    assert main(["sim", "calibrate", "--microbench", str(build / "microbench-evil-hw.json"), "--hardware",
-                 "a100-40g-pcie4", "--software", str(build / "software-evil.yaml"), "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "sim",
+                "calibrate",
+                "--microbench",
+                str(build / "microbench-evil-hw.json"),
+                "--hardware",
+                "a100-40g-pcie4",
+                "--software",
+                str(build / "software-evil.yaml"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert "plain file name" in capsys.readouterr().err
     assert not list(tmp_path.glob("**/escaped-calibrated.yaml"))
 
@@ -69,3 +84,13 @@ def test_a_utf8_byte_order_mark_is_accepted(inputs: Path) -> None:
 
     (request,) = load_requests(inputs / "requests-bom.csv")
     assert (request.arrival_s, request.input_tokens, request.output_tokens) == (0.5, 64, 4)
+
+
+def test_docs_list_every_numeric_range() -> None:
+    from traces import numbers
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "inputs.md").read_text()
+    for name in numbers.__all__:
+        bound = getattr(numbers, name)
+        if isinstance(bound, numbers.Range):
+            assert f"| `{name}` | {bound.describe()} |" in doc, name
