@@ -25,11 +25,30 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "NumberError", "Range", "text_to_number", "SEED", "TOKENS", "CONTEXT_TOKENS", "BATCH", "REQUESTS",
-    "SAMPLES", "TRIALS", "LAYERS",
-    "SECONDS", "SECONDS_OR_ZERO", "FRACTION", "OPEN_FRACTION", "COSINE",
-    "RATE_PER_S", "MILLISECONDS", "SYNTHETIC_STEPS", "SYNTHETIC_SEQS", "SYNTHETIC_PAGES",
-    "STANDARD_DEVIATION", "COUNT", "USD_PER_HOUR",
+    "NumberError",
+    "Range",
+    "text_to_number",
+    "SEED",
+    "TOKENS",
+    "CONTEXT_TOKENS",
+    "BATCH",
+    "REQUESTS",
+    "SAMPLES",
+    "TRIALS",
+    "LAYERS",
+    "SECONDS",
+    "SECONDS_OR_ZERO",
+    "FRACTION",
+    "OPEN_FRACTION",
+    "COSINE",
+    "RATE_PER_S",
+    "MILLISECONDS",
+    "SYNTHETIC_STEPS",
+    "SYNTHETIC_SEQS",
+    "SYNTHETIC_PAGES",
+    "STANDARD_DEVIATION",
+    "COUNT",
+    "USD_PER_HOUR",
 ]
 
 
@@ -129,10 +148,12 @@ def _num_text(x: float) -> str:
 
 _TOKEN_LIMIT = 2**24
 SEED = Range(0, 2**32 - 1, integer=True, why="numpy seeds")
-TOKENS = Range(1, _TOKEN_LIMIT, integer=True, unit="tokens",
-               why="at most 2**24: beyond any model's positions")
-CONTEXT_TOKENS = Range(0, _TOKEN_LIMIT, integer=True, unit="tokens",
-                       why="at most 2**24: beyond any model's positions")
+TOKENS = Range(
+    1, _TOKEN_LIMIT, integer=True, unit="tokens", why="at most 2**24: beyond any model's positions"
+)
+CONTEXT_TOKENS = Range(
+    0, _TOKEN_LIMIT, integer=True, unit="tokens", why="at most 2**24: beyond any model's positions"
+)
 BATCH = Range(1, 2**16, integer=True, unit="sequences", why="at most 65536 per GPU")
 REQUESTS = Range(1, 100_000, integer=True, unit="requests", why="at most 100000 per simulation")
 LAYERS = Range(1, 1024, integer=True, unit="decoder layers")
@@ -148,7 +169,8 @@ OPEN_FRACTION = Range(0, 1, lo_open=True, hi_open=True)
 COSINE = Range(-1, 1, unit="a cosine similarity")
 STANDARD_DEVIATION = Range(0, 100, unit="a standard deviation")
 USD_PER_HOUR = Range(0, 1e9, lo_open=True, unit="US dollars per hour")
-SYNTHETIC_STEPS = Range(1, 16384, integer=True, unit="steps",
-                        why="at most 16384 drawn per sequence; replays cycle")
+SYNTHETIC_STEPS = Range(
+    1, 16384, integer=True, unit="steps", why="at most 16384 drawn per sequence; replays cycle"
+)
 SYNTHETIC_SEQS = Range(1, 64, integer=True, unit="sequences", why="at most 64 drawn")
 SYNTHETIC_PAGES = Range(1, 2**20, integer=True, unit="pages")

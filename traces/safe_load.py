@@ -39,9 +39,20 @@ from yaml.resolver import Resolver
 
 from traces.user_files import UserFileError, read_user_text
 
-__all__ = ["LoadLimitError", "DuplicateKeyError", "LimitedLoader", "load_yaml_text", "load_json_text",
-           "load_user_yaml", "load_user_json", "compose_yaml_text", "MAX_DEPTH", "MAX_NODES",
-           "MAX_YAML_BYTES", "MAX_JSON_BYTES"]
+__all__ = [
+    "LoadLimitError",
+    "DuplicateKeyError",
+    "LimitedLoader",
+    "load_yaml_text",
+    "load_json_text",
+    "load_user_yaml",
+    "load_user_json",
+    "compose_yaml_text",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_YAML_BYTES",
+    "MAX_JSON_BYTES",
+]
 
 MAX_DEPTH = 100
 MAX_NODES = 100_000
@@ -96,8 +107,10 @@ class LimitedLoader(Composer, _Parser, SafeConstructor, Resolver):
             node = self.anchors.get(event.anchor)
             if node is not None and id(node) not in self._sizes:
                 line = event.start_mark.line + 1
-                raise self._limit(f"has a recursive alias (*{event.anchor} at line {line} is inside the node "
-                                  f"&{event.anchor} names); aliases may only name finished nodes")
+                raise self._limit(
+                    f"has a recursive alias (*{event.anchor} at line {line} is inside the node "
+                    f"&{event.anchor} names); aliases may only name finished nodes"
+                )
             if node is not None:
                 self._count(self._sizes[id(node)], event.start_mark.line + 1)
             return super().compose_node(parent, index)
@@ -105,8 +118,10 @@ class LimitedLoader(Composer, _Parser, SafeConstructor, Resolver):
         self._depth += 1
         if self._depth > MAX_DEPTH:
             line = self.peek_event().start_mark.line + 1
-            raise self._limit(f"is nested deeper than {MAX_DEPTH} levels (at line {line}); "
-                              f"the limit is {MAX_DEPTH} levels of lists and mappings")
+            raise self._limit(
+                f"is nested deeper than {MAX_DEPTH} levels (at line {line}); "
+                f"the limit is {MAX_DEPTH} levels of lists and mappings"
+            )
         try:
             node = super().compose_node(parent, index)
         finally:
@@ -141,7 +156,8 @@ class LimitedLoader(Composer, _Parser, SafeConstructor, Resolver):
                 line = key_node.start_mark.line + 1
                 if key in seen:
                     raise DuplicateKeyError(
-                        None, None,
+                        None,
+                        None,
                         f"duplicate key {key!r} (first at line {seen[key]}, again at line {line}); "
                         "each key may appear once in a mapping",
                         key_node.start_mark,
@@ -169,14 +185,17 @@ def _libyaml_depth_as_limit(where: str) -> Iterator[None]:
     except yaml.YAMLError as exc:
         if "maximum nesting depth" not in str(exc):
             raise
-        raise LoadLimitError(f"{where} is nested deeper than {MAX_DEPTH} levels; the limit is {MAX_DEPTH} "
-                             "levels of lists and mappings") from None
+        raise LoadLimitError(
+            f"{where} is nested deeper than {MAX_DEPTH} levels; the limit is {MAX_DEPTH} "
+            "levels of lists and mappings"
+        ) from None
 
 
 def _check_yaml_size(text: str, where: str) -> None:
     if len(text) > MAX_YAML_BYTES:
-        raise LoadLimitError(f"{where} is {len(text) / 2**20:.1f} MiB of YAML; "
-                             f"the limit is {MAX_YAML_BYTES // 2**20} MiB")
+        raise LoadLimitError(
+            f"{where} is {len(text) / 2**20:.1f} MiB of YAML; the limit is {MAX_YAML_BYTES // 2**20} MiB"
+        )
 
 
 def compose_yaml_text(text: str, where: str = "YAML text") -> yaml.Node | None:
@@ -192,7 +211,7 @@ def _refuse_constant(where: str, text: str) -> Any:
         at = ""
         if found is not None:
             line = text.count("\n", 0, found.start()) + 1
-            before = text[max(0, found.start() - 40):found.end()].split("\n")[-1].strip()
+            before = text[max(0, found.start() - 40) : found.end()].split("\n")[-1].strip()
             at = f" at line {line} ({before})"
         raise LoadLimitError(f"{where} holds {name}{at}, which is not a JSON number; write a finite number")
 
@@ -204,8 +223,9 @@ def _unique_pairs(where: str) -> Any:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
-                raise LoadLimitError(f"{where} has a duplicate key {key!r} in one object; each key may "
-                                     "appear once")
+                raise LoadLimitError(
+                    f"{where} has a duplicate key {key!r} in one object; each key may appear once"
+                )
             out[key] = value
         return out
 
@@ -218,8 +238,10 @@ def _depth_within(value: Any, where: str) -> None:
         item, depth = stack.pop()
         if isinstance(item, (list, dict)):
             if depth > MAX_DEPTH:
-                raise LoadLimitError(f"{where} is nested deeper than {MAX_DEPTH} levels; "
-                                     f"the limit is {MAX_DEPTH} levels of lists and objects")
+                raise LoadLimitError(
+                    f"{where} is nested deeper than {MAX_DEPTH} levels; "
+                    f"the limit is {MAX_DEPTH} levels of lists and objects"
+                )
             children = item.values() if isinstance(item, dict) else item
             stack.extend((c, depth + 1) for c in children if isinstance(c, (list, dict)))
 
@@ -228,11 +250,14 @@ def load_json_text(text: str, where: str = "JSON text") -> Any:
     """Parse `text` like json.loads, within this module's limits (LoadLimitError naming `where`);
     json.JSONDecodeError for a syntax error."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant(where, text),
-                           object_pairs_hook=_unique_pairs(where))
+        value = json.loads(
+            text, parse_constant=_refuse_constant(where, text), object_pairs_hook=_unique_pairs(where)
+        )
     except RecursionError:
-        raise LoadLimitError(f"{where} is nested deeper than {MAX_DEPTH} levels; "
-                             f"the limit is {MAX_DEPTH} levels of lists and objects") from None
+        raise LoadLimitError(
+            f"{where} is nested deeper than {MAX_DEPTH} levels; "
+            f"the limit is {MAX_DEPTH} levels of lists and objects"
+        ) from None
     except ValueError as exc:
         if isinstance(exc, (json.JSONDecodeError, LoadLimitError)):
             raise

@@ -19,8 +19,15 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["UserFileError", "read_user_bytes", "read_user_text", "check_output_kind", "check_input_path",
-           "file_kind", "DEFAULT_MAX_BYTES"]
+__all__ = [
+    "UserFileError",
+    "read_user_bytes",
+    "read_user_text",
+    "check_output_kind",
+    "check_input_path",
+    "file_kind",
+    "DEFAULT_MAX_BYTES",
+]
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 
@@ -31,9 +38,14 @@ class UserFileError(ValueError):
 
 def file_kind(mode: int) -> str:
     """'a directory', 'a FIFO (named pipe)', 'a character device', ... for a stat mode."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISREG, "a regular file"),
+    ):
         if test(mode):
             return name
     return "not a file"
@@ -78,9 +90,7 @@ def read_user_bytes(path: str | os.PathLike[str], what: str, max_bytes: int = DE
             "or never end; give a regular file"
         )
     if st.st_size > max_bytes:
-        raise UserFileError(
-            f"{what} {p} is {_mib(st.st_size)}; a {what} may be at most {_mib(max_bytes)}"
-        )
+        raise UserFileError(f"{what} {p} is {_mib(st.st_size)}; a {what} may be at most {_mib(max_bytes)}")
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -104,13 +114,14 @@ def read_user_text(path: str | os.PathLike[str], what: str, max_bytes: int = DEF
     UserFileError naming the file and the first byte that is not UTF-8."""
     data = read_user_bytes(path, what, max_bytes)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise UserFileError(f"{what} {path} is UTF-16 text (it starts with a UTF-16 byte-order mark); "
-                            "save it as UTF-8")
+        raise UserFileError(
+            f"{what} {path} is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserFileError(
-            f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
+            f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r}); "
             "is it a binary file, or in another encoding such as Latin-1? Save it as UTF-8"
         ) from None
 
