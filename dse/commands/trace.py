@@ -74,13 +74,15 @@ def _check_before_loading(model: str, dense_layers: tuple[int, ...], out_dir: Pa
 def _task_params(items: tuple[str, ...]) -> dict[str, Any]:
     import yaml
 
+    from sim.yaml_io import load_yaml
+
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise DseError(f"--param must be KEY=VALUE (e.g. --param num_hops=6), got {item!r}")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = load_yaml(value, f"--param {key.strip()}")
         except yaml.YAMLError:
             out[key.strip()] = value
     return out
