@@ -115,6 +115,10 @@ def build_inputs(d: Path) -> None:
         "software-nan.yaml": software.replace("value: 8.0e-6", "value: .nan"),
         "software-inf.yaml": software.replace("value: 8.0e-6", "value: .inf"),
         "software-evil.yaml": software.replace("name: pytorch2-cuda12", "name: ../../escaped"),
+        "software-slash.yaml": software.replace("name: pytorch2-cuda12", "name: sub/dir"),
+        "software-dots.yaml": software.replace("name: pytorch2-cuda12", "name: '..'"),
+        "software-absolute.yaml": software.replace("name: pytorch2-cuda12", "name: /tmp/abs"),
+        "profile-evil.yaml": profile.replace("name: a100-40g-pcie4", "name: ../../escaped", 1),
         "prices-nan.yaml": "a100-40g-pcie4: {price_per_hour_usd: .nan, source: list price}\n",
         "prices-inf.yaml": "a100-40g-pcie4: {price_per_hour_usd: .inf, source: list price}\n",
         "prices-bool.yaml": "a100-40g-pcie4: {price_per_hour_usd: true, source: list price}\n",
@@ -391,6 +395,28 @@ NUMBERS = [
     Case("numbers", "study tau .inf", ["sweep", "{d}/study-tau-inf.yaml"], ("tau",)),
 ]
 
+NUMBERS += [
+    Case("numbers", "sim --page-size 0", [*SIM, "--page-size", "0"], ("--page-size",)),
+    Case("numbers", "sim --window-tokens -32", [*SIM, "--window-tokens", "-32"], ("--window-tokens",)),
+    Case("numbers", "sim --batch 1,4,1e9", [*SIM, "--batch", "1,4,1000000000"], ("--batch",)),
+    Case("numbers", "serve --input-tokens 1e9", [*SERVE, "--input-tokens", "1e9"], ("--input-tokens",)),
+    Case(
+        "numbers",
+        "capacity --min-accuracy-ratio nan",
+        [*CAPACITY, "--slo-ms", "50", "--min-accuracy-ratio", "nan"],
+        ("--min-accuracy-ratio",),
+    ),
+    Case(
+        "numbers",
+        "capacity --budgets 2**40",
+        [*CAPACITY, "--slo-ms", "50", "--budgets", str(2**40)],
+        ("--budgets",),
+    ),
+    Case("numbers", "trace --layers 0", [*TRACE, "--layers", "0"], ("--layers",)),
+    Case("numbers", "trace --samples 10**7", [*TRACE, "--samples", str(10**7)], ("--samples",)),
+    Case("numbers", "sim --option NaN", [*SIM, "--option", "alpha=NaN"], ("--option",)),
+]
+
 YAML = [
     Case("yaml", "study billion laughs", ["sweep", "{d}/study-bomb.yaml"], ("study-bomb.yaml", "alias")),
     Case(
@@ -601,6 +627,38 @@ NAMES = [
             "{d}/mb/out",
         ],
         ("software-evil.yaml", "name"),
+    ),
+]
+
+NAMES += [
+    Case(
+        "names",
+        f"software name {n}",
+        [*SIM, "--software", f"{{d}}/software-{f}.yaml"],
+        (f"software-{f}.yaml", "name"),
+    )
+    for n, f in (("sub/dir", "slash"), ("..", "dots"), ("/tmp/abs", "absolute"))
+] + [
+    Case(
+        "names",
+        "hardware name ../../escaped",
+        ["hardware", "show", "{d}/profile-evil.yaml"],
+        ("profile-evil.yaml", "name"),
+    ),
+    Case(
+        "names",
+        "calibrate hardware name ../../escaped",
+        [
+            "sim",
+            "calibrate",
+            "--microbench",
+            "{d}/microbench-evil-hw.json",
+            "--hardware",
+            "{d}/profile-evil.yaml",
+            "--out",
+            "{d}/mb2/out",
+        ],
+        ("profile-evil.yaml", "name"),
     ),
 ]
 
