@@ -220,13 +220,13 @@ def command(
 ) -> None:
     """Run the real model with a KV policy on a task: prints accuracy and a trace summary, writes
     OUT/trace (the per-step trace) and OUT/summary.json."""
+    if weights is not None:  # before importing the runtime (torch): a bad path is refused at once
+        check_input_path(weights, "--weights")
     from freekv_runtime.api import TraceRequest, run_trace
     from freekv_runtime.config import RuntimeConfig
     from freekv_runtime.tasks import TaskSpec
 
     _check_before_loading(model, _dense_layers(dense_layers), out_dir, overwrite)
-    if weights is not None:
-        check_input_path(weights, "--weights")
 
     shared = {"budget_tokens": budget_tokens, "page_size": page_size, "sink_tokens": sink_tokens,
               "window_tokens": window_tokens}
