@@ -37,7 +37,7 @@ from traces.safe_load import LoadLimitError, load_json_text, load_yaml_text
 from traces.user_files import UserFileError
 
 _SCRATCH = tempfile.TemporaryDirectory(prefix="freekv-dse-fuzz-")
-FAST = settings(max_examples=30, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=20, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 INPUT_ERRORS = (SimInputError, DseError, UserFileError, NumberError)
 ROOT = Path(__file__).resolve().parents[2]
 
