@@ -57,6 +57,10 @@ def parse_spec(spec: str) -> dict[str, Any]:
                 raise SimInputError(
                     f"synthetic spec {spec!r}: {part!r} is not key=value; e.g. 'correction=0.6,hit=0.8'"
                 )
+            if key.strip() in raw:
+                raise SimInputError(
+                    f"synthetic spec {spec!r}: {key.strip()!r} is given twice; give each key once"
+                )
             try:
                 raw[key.strip()] = float(value)
             except ValueError:

@@ -477,6 +477,12 @@ YAML = [
     ),
     Case(
         "yaml",
+        "synthetic key=value duplicate key",
+        ["sim", "--synthetic", "correction=0.5,hit=0.8,hit=0.9", *SYN],
+        ("'hit' is given twice",),
+    ),
+    Case(
+        "yaml",
         "synthetic JSON duplicate key",
         ["sim", "--synthetic", "{d}/synthetic-dup.json", *SYN],
         ("synthetic-dup.json", "duplicate key"),
