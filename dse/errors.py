@@ -23,6 +23,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
                                         FileNotFoundError]
     for module, name in [
         ("traces", "TraceError"),
+        ("traces.user_files", "UserFileError"),
+        ("traces.numbers", "NumberError"),
         ("sim", "SimInputError"),
         ("freekv_runtime.config", "RuntimeConfigError"),
         ("freekv_runtime.errors", "RuntimeInputError"),

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from dse.errors import DseError
+from traces.user_files import check_output_kind
 
 __all__ = ["check_output_file", "check_output_dir", "write_text", "describe_os_error"]
 
@@ -44,6 +45,7 @@ def _check_parent(path: Path, option: str) -> None:
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     """`path` may be written as a file (an existing file is replaced); DseError naming `option` if not."""
     p = Path(path)
+    check_output_kind(p, option)  # a FIFO or a device: writing could block forever
     if p.is_dir():
         raise DseError(f"{option} {p} is a directory; give a file name, e.g. {p / 'out'}")
     if p.exists():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -34,9 +34,11 @@ from dse.study_sections import (
     ModelSection,
     Objective,
     Sampler,
+    Seed,
     Slo,
     TaskSection,
     ThroughputRef,
+    Trials,
     Workload,
     _Strict,
 )
@@ -91,12 +93,12 @@ class Study(_Strict):
     target_model: str | None = None
     extra_replay_models: list[str] = Field(default_factory=list)
     slo: Slo | None = None
-    trials: Annotated[int, Field(ge=1)]
+    trials: Trials
     sampler: Sampler = Field(default_factory=Sampler)
     baselines: Baselines = Field(default_factory=Baselines)
     storage: str | None = None
     out_dir: str | None = None
-    seed: int = 0
+    seed: Seed = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
 
@@ -294,8 +296,6 @@ def load_study_file(path: str | Path, overrides: list[str] | tuple[str, ...] = (
     """Load and validate a study file with dotted overrides ("trials=4", "sampler.seed=1",
     "search.page_size=[16, 32]"). Returns the study and the YAML text it came from."""
     path = Path(path)
-    if not path.exists():
-        raise DseError(f"study file {path} does not exist (shipped studies are in studies/*.yaml)")
     try:
         text = read_text_file(path, "study file")
     except FileReadError as exc:

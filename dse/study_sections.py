@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from traces.numbers import BATCH, SAMPLES, SECONDS, SEED, TOKENS, TRIALS
+
+# numbers of a study, checked as every numeric input is (traces.numbers: finite, typed, in range)
+Tokens = Annotated[int, BeforeValidator(TOKENS.validate)]
+Batch = Annotated[int, BeforeValidator(BATCH.validate)]
+Seed = Annotated[int, BeforeValidator(SEED.validate)]
+Samples = Annotated[int, BeforeValidator(SAMPLES.validate)]
+Trials = Annotated[int, BeforeValidator(TRIALS.validate)]
+Seconds = Annotated[float, BeforeValidator(SECONDS.validate)]
 
 __all__ = ["ModelSection", "TaskSection", "Objective", "LatencyRef", "ThroughputRef", "Constraints",
            "Workload", "Slo", "Sampler", "ACCURACY_METRICS", "TASK_NAMES"]
@@ -59,9 +69,9 @@ class TaskSection(_Strict):
     filler "repeat" | "natural")."""
 
     name: str
-    context_tokens: Annotated[int, Field(ge=64)]
-    samples: Annotated[int, Field(gt=0)] = 1
-    decode_tokens: Annotated[int, Field(gt=0)] | None = None
+    context_tokens: Annotated[Tokens, Field(ge=64)]
+    samples: Samples = 1
+    decode_tokens: Tokens | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -139,10 +149,10 @@ class Workload(_Strict):
     """What the simulator replays: objectives use input_tokens, output_tokens and batch_sizes[0];
     the capacity grid (report) crosses batch_sizes with context_lengths (input lengths)."""
 
-    input_tokens: Annotated[int, Field(gt=0)]
-    output_tokens: Annotated[int, Field(gt=0)]
-    batch_sizes: list[int] = Field(default_factory=lambda: [1])
-    context_lengths: list[int] = Field(default_factory=list)
+    input_tokens: Tokens
+    output_tokens: Tokens
+    batch_sizes: list[Batch] = Field(default_factory=lambda: [1])
+    context_lengths: list[Tokens] = Field(default_factory=list)
 
     @field_validator("batch_sizes")
     @classmethod
@@ -163,12 +173,12 @@ class Slo(_Strict):
     """The latency SLO of the report's recommendation: the highest tokens/s, within the accuracy floor, at
     the largest batch whose mean per-token latency meets per_token_latency_s (applied to every profile)."""
 
-    per_token_latency_s: Annotated[float, Field(gt=0)]
+    per_token_latency_s: Seconds
     hardware: str | None = None
 
 
 class Sampler(_Strict):
     name: Literal["tpe", "nsga2", "grid", "random"] = "tpe"
-    seed: int = 0
+    seed: Seed = 0
     n_startup_trials: Annotated[int, Field(ge=1)] | None = None  # tpe
     population_size: Annotated[int, Field(ge=2)] | None = None  # nsga2

@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dse.errors import DseError
-from sim.yaml_io import UniqueKeyLoader, load_yaml
+from sim.yaml_io import load_yaml
+from traces.safe_load import compose_yaml_text
 
 __all__ = ["read_yaml_with_marks", "apply_overrides", "format_validation_error", "Marks"]
 
@@ -27,8 +28,8 @@ Marks = dict[Path_, str]  # path -> "line N" or "--set key=value"
 def read_yaml_with_marks(text: str, source: str) -> tuple[Any, Marks]:
     """Parse `text`; returns the plain data and {path: "line N"} for every mapping key / list item."""
     try:
-        node = yaml.compose(text, Loader=UniqueKeyLoader)
-        data = load_yaml(text)
+        node = compose_yaml_text(text, source)
+        data = load_yaml(text, source)
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -66,7 +67,7 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...], marks: Ma
         if not all(parts):
             raise DseError(f"--set {item!r}: the key {key!r} has an empty part; use e.g. search.page_size")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = load_yaml(raw, f"--set {key.strip()}") if raw.strip() else None
         except yaml.YAMLError as exc:
             raise DseError(f"--set {item!r}: the value is not valid YAML ({exc}).") from None
         target = data

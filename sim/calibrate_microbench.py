@@ -36,6 +36,8 @@ from sim.errors import SimInputError
 from sim.hardware import HardwareProfile, load_profile
 from sim.software import DEFAULT_SOFTWARE, SOFTWARE_FIELDS, SoftwareProfile, load_software
 from traces.atomic_write import atomic_write_text
+from traces.safe_load import load_user_json
+from traces.user_files import UserFileError
 
 __all__ = ["SCHEMA", "MicrobenchCalibration", "calibrate_microbench", "load_microbench"]
 
@@ -61,9 +63,13 @@ class MicrobenchCalibration:
         """Write `<out_dir>/<hardware>.yaml` and `<out_dir>/software/<software>.yaml` (a directory usable
         in FREEKV_DSE_PROFILES as it is). Returns both paths."""
         out = Path(out_dir)
-        (out / "software").mkdir(parents=True, exist_ok=True)
         hw = out / f"{self.hardware.name}.yaml"
         sw = out / "software" / f"{self.software.name}.yaml"
+        for path, what in ((hw, "hardware"), (sw, "software")):  # names are checked; this is the guarantee
+            if not path.resolve().is_relative_to(out.resolve()):
+                raise SimInputError(f"--out {out}: the {what} profile's name would write {path}, outside "
+                                    f"{out}; profile names must be plain file names")
+        (out / "software").mkdir(parents=True, exist_ok=True)
         atomic_write_text(hw, yaml.safe_dump(self.hardware.to_dict(), sort_keys=False))
         doc = {"kind": "software", **self.software.to_dict()}
         for key in SOFTWARE_FIELDS:
@@ -90,9 +96,9 @@ def load_microbench(path: str | PathLike[str]) -> dict[str, Any]:
     """Read and check the file's shape; errors name the file and the key."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise _err(p, f"cannot be read ({exc.strerror})") from None
+        data = load_user_json(p, "microbenchmark file")
+    except UserFileError as exc:
+        raise SimInputError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise _err(p, f"not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

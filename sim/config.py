@@ -13,6 +13,7 @@ from typing import Any
 
 from sim.errors import SimInputError
 from sim.software import DEFAULT_SOFTWARE
+from traces.numbers import BATCH, TOKENS
 from traces.retrieval_knobs import RetrievalKnobs
 
 __all__ = ["SimConfig", "IMPLEMENTATIONS"]
@@ -68,6 +69,10 @@ class SimConfig(RetrievalKnobs):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise self._refuse(name, f"must be a positive integer, got {value!r}")
+        for name, bound in (("batch_size", BATCH), ("input_tokens", TOKENS), ("output_tokens", TOKENS)):
+            too_large = bound.problem(getattr(self, name))
+            if too_large is not None:
+                raise self._refuse(name, too_large)
         super().__post_init__()
         if self.tau is not None and not (-1.0 <= float(self.tau) <= 1.0):
             raise self._refuse("tau", f"must be None or a cosine threshold in [-1, 1], got {self.tau}")

@@ -93,7 +93,7 @@ def list_profiles() -> list[str]:
 
 def _load_file(path: Path) -> HardwareProfile:
     try:
-        raw = load_yaml(read_text_file(path, "hardware profile file"))
+        raw = load_yaml(read_text_file(path, "hardware profile file"), f"hardware profile file {path}")
     except FileReadError as exc:
         raise HardwareError(str(exc)) from None
     except yaml.YAMLError as exc:
@@ -111,7 +111,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
     )
     if looks_like_path:
         path = Path(text).expanduser()
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():  # other kinds of file: refused by the reader
             raise HardwareError(
                 f"hardware profile file {path} does not exist; pass a YAML file or one of "
                 f"the profile names: {', '.join(list_profiles())}"

@@ -67,7 +67,8 @@ class _Sourced(BaseModel):
         return self.source if self.source else f"calibrated: {self.calibrated}"
 
 
-_StrictPositive = Annotated[float, Field(strict=True, gt=0)]
+# finite (NaN and infinity refused), positive, and below 1e12 (of GB/s, TFLOP/s or seconds: no device is near)
+_StrictPositive = Annotated[float, Field(strict=True, gt=0, lt=1e12, allow_inf_nan=False)]
 
 
 class _PositiveFloat(_Sourced):
@@ -75,11 +76,11 @@ class _PositiveFloat(_Sourced):
 
 
 class _Fraction(_Sourced):
-    value: Annotated[float, Field(strict=True, gt=0, le=1)]
+    value: Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
 
 
 class _PositiveInt(_Sourced):
-    value: Annotated[int, Field(strict=True, gt=0)]
+    value: Annotated[int, Field(strict=True, gt=0, le=2**60)]  # at most one exbibyte
 
     @field_validator("value", mode="before")
     @classmethod

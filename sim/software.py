@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,6 +45,8 @@ __all__ = [
     "find_software_file",
     "estimate_ends",
 ]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a name that is a plain file name, as hardware's
 
 DEFAULT_SOFTWARE = "pytorch2-cuda12"
 _SHIPPED_DIR = Path(__file__).resolve().parent / "software_profiles"
@@ -162,6 +165,11 @@ def _build(raw: object, origin: str) -> SoftwareProfile:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SoftwareError(f"software profile {origin}: 'name' must be a non-empty string")
+    if not _NAME.fullmatch(name.strip()):
+        raise SoftwareError(
+            f"software profile {origin}: 'name' {name!r} must be a plain file name (letters, digits, '.', "
+            "'_', '-', starting with a letter or digit; no '/' or '..'): calibration writes <name>.yaml"
+        )
     raw = {**raw, **{k: _shipped_entry(k, origin) for k in LATER_FIELDS if k not in raw}}
     missing = [k for k in SOFTWARE_FIELDS if k not in raw]
     if missing:
@@ -251,7 +259,7 @@ def list_software() -> list[str]:
 
 def _load_file(path: Path) -> SoftwareProfile:
     try:
-        raw = load_yaml(read_text_file(path, "software profile file"))
+        raw = load_yaml(read_text_file(path, "software profile file"), f"software profile file {path}")
     except FileReadError as exc:
         raise SoftwareError(str(exc)) from None
     except yaml.YAMLError as exc:
@@ -268,7 +276,7 @@ def load_software(name_or_path: str | os.PathLike[str] | SoftwareProfile) -> Sof
     text = str(name_or_path)
     path = Path(text).expanduser()
     if text.endswith((".yaml", ".yml")) or os.sep in text:
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():  # other kinds of file: refused by the reader
             raise SoftwareError(f"software profile file {path}: not found")
         return _load_file(path)
     found = find_software_file(text)

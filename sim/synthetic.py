@@ -17,7 +17,6 @@ Everything is drawn from `numpy.random.default_rng(seed)`: a fixed seed gives id
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ from sim.demand import Demand
 from sim.errors import SimInputError
 from sim.yaml_io import load_yaml, read_text_file
 from traces.models import get_model
+from traces.numbers import STANDARD_DEVIATION, SYNTHETIC_PAGES, SYNTHETIC_SEQS, SYNTHETIC_STEPS, Range
+from traces.safe_load import load_json_text
 
 __all__ = ["synthetic_demand", "parse_spec", "SPEC_DEFAULTS"]
 
@@ -56,6 +57,10 @@ def parse_spec(spec: str) -> dict[str, Any]:
                 raise SimInputError(
                     f"synthetic spec {spec!r}: {part!r} is not key=value; e.g. 'correction=0.6,hit=0.8'"
                 )
+            if key.strip() in raw:
+                raise SimInputError(
+                    f"synthetic spec {spec!r}: {key.strip()!r} is given twice; give each key once"
+                )
             try:
                 raw[key.strip()] = float(value)
             except ValueError:
@@ -77,21 +82,17 @@ def parse_spec(spec: str) -> dict[str, Any]:
             )
         raw[key] = arr.tolist()
     out = {**SPEC_DEFAULTS, **raw}
-    for key in SPEC_DEFAULTS:
+    for key, bound in _RANGES.items():
         value = out[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise SimInputError(f"synthetic spec {spec!r}: '{key}' must be a finite number, got {value!r}")
-        out[key] = float(value)
-    for key in ("steps", "seqs", "pages"):
-        if int(out[key]) < 1:
-            raise SimInputError(f"synthetic spec {spec!r}: '{key}' must be >= 1")
-        out[key] = int(out[key])
-    for key in ("layer_sd", "head_sd", "step_sd"):
-        if out[key] < 0:
-            raise SimInputError(f"synthetic spec {spec!r}: '{key}' must be >= 0 (a standard deviation)")
-    if not 0 <= out["step_rho"] < 1:
-        raise SimInputError(f"synthetic spec {spec!r}: 'step_rho' must be in [0, 1)")
+        if bound.integer and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        out[key] = bound.check(value, f"synthetic spec {spec!r}: '{key}'", SimInputError)
     return out
+
+
+_RANGES = {"layer_sd": STANDARD_DEVIATION, "head_sd": STANDARD_DEVIATION, "step_sd": STANDARD_DEVIATION,
+           "step_rho": Range(0, 1, hi_open=True, unit="an AR(1) correlation"), "steps": SYNTHETIC_STEPS,
+           "seqs": SYNTHETIC_SEQS, "pages": SYNTHETIC_PAGES}
 
 
 def _read_spec_file(path: Path, spec: str) -> dict[Any, Any]:
@@ -100,7 +101,8 @@ def _read_spec_file(path: Path, spec: str) -> dict[Any, Any]:
         raise SimInputError(f"synthetic spec file {spec} does not exist")
     text = read_text_file(path, "synthetic spec file")
     try:
-        raw = json.loads(text) if path.suffix.lower() == ".json" else load_yaml(text)
+        where = f"synthetic spec file {spec}"
+        raw = load_json_text(text, where) if path.suffix.lower() == ".json" else load_yaml(text, where)
     except json.JSONDecodeError as exc:
         raise SimInputError(
             f"synthetic spec file {spec} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"

@@ -136,7 +136,7 @@ def dump_document(doc: dict[str, Any]) -> str:
 def load_document(path: str | None = None) -> dict[str, Any]:
     """The parsed bands file (default BANDS_FILE), read once per process."""
     target = BANDS_FILE if path is None else Path(path)
-    doc = load_yaml(read_text_file(target, "validation bands file"))
+    doc = load_yaml(read_text_file(target, "validation bands file"), f"validation bands file {target}")
     if not isinstance(doc, dict) or "methods" not in doc:
         raise SimInputError(f"validation bands file {target}: not a bands file (no 'methods'); "
                             f"regenerate it with {GENERATED_BY}")

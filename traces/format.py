@@ -30,6 +30,8 @@ import numpy as np
 from traces.errors import TraceError
 from traces.models import ModelSpec
 from traces.records import FORMAT_VERSION, RunMetadata
+from traces.safe_load import load_user_json
+from traces.user_files import UserFileError
 
 __all__ = [
     "FORMAT_NAME",
@@ -303,17 +305,15 @@ def meta_to_json(meta: RunMetadata) -> str:
 
 def meta_from_json(path: Path) -> RunMetadata:
     """Read and validate meta.json -> RunMetadata (TraceError for a foreign or newer file)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise TraceError(
             f"{path.parent}: not a trace directory (no {META_FILE}); traces are written by `dse trace` "
             "or traces.TraceWriter"
-        ) from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a freekv-dse trace (not UTF-8 text)") from None
+        )
     try:
-        doc = json.loads(text)
+        doc = load_user_json(path, "trace metadata")
+    except UserFileError as exc:
+        raise TraceError(f"{exc}; is this a freekv-dse trace?") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not valid JSON ({exc}); is this a freekv-dse trace?") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:

@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from traces.numbers import TOKENS
+
 __all__ = ["RetrievalKnobs", "RetrievalKnobsError", "convention_violation", "budget_convention_violation",
            "budget_fit_tokens", "RETRIEVAL_KNOB_NAMES"]
 
@@ -58,6 +60,11 @@ def convention_violation(page_size: object, budget_tokens: object, sink_tokens: 
             f"counts sink and window and must be a multiple of page_size={p} of at least sink_tokens + "
             f"window_tokens + page_size = {least}, got {budget_tokens!r}"
         )
+    for name, value in (("page_size", p), ("budget_tokens", budget_tokens), ("sink_tokens", sink_tokens),
+                        ("window_tokens", window_tokens)):
+        too_large = TOKENS.problem(value) if value > TOKENS.hi else None  # type: ignore[operator]
+        if too_large is not None:
+            return name, too_large
     return None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from dse.commands.number_types import number
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
@@ -24,8 +25,10 @@ from dse.commands.replay_options import (
     transplant_option,
     what_if_options,
 )
+from traces.numbers import FRACTION, MILLISECONDS, SEED, TOKENS, USD_PER_HOUR
 
 __all__ = ["command", "load_prices", "accuracy_options"]
+
 
 def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     """`--prices FILE`: YAML {profile: {price_per_hour_usd: number, source: text}} -> that dict."""
@@ -37,7 +40,7 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     from sim.yaml_io import load_yaml, read_text_file
 
     try:
-        data = load_yaml(read_text_file(path, "--prices"))
+        data = load_yaml(read_text_file(path, "--prices"), f"--prices {path}")
     except yaml.YAMLError as exc:
         raise SimInputError(f"--prices {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -46,10 +49,7 @@ def load_prices(path: Path | None) -> dict[str, dict[str, Any]]:
     out = {}
     for name, entry in data.items():
         price = entry.get("price_per_hour_usd") if isinstance(entry, dict) else None
-        if not isinstance(price, (int, float)) or isinstance(price, bool) or price <= 0:
-            raise SimInputError(
-                f"--prices {path}: {name}.price_per_hour_usd must be a positive number (US dollars per hour)"
-            )
+        USD_PER_HOUR.check(price, f"--prices {path}: {name}.price_per_hour_usd", SimInputError)
         if not isinstance(entry.get("source"), str) or not entry["source"].strip():
             raise SimInputError(f"--prices {path}: {name}.source must say where the price comes from")
         out[str(name)] = {"price_per_hour_usd": float(price), "source": entry["source"]}
@@ -98,7 +98,7 @@ def accuracy_options(command: Any) -> Any:
                      help="model --measure runs [the planned model if its weights are here, else the "
                      "stand-in smollm2-135m, labelled]"),
         click.option("--accuracy-metric", default=None, help="metric of the evidence [its first]"),
-        click.option("--min-accuracy-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
+        click.option("--min-accuracy-ratio", type=number(FRACTION), default=None,
                      help="accuracy floor as a share of dense attention's on the same prompts, decided on "
                      "paired prompts (rule printed with the answer)"),
         click.option("--budgets", default=None,
@@ -117,12 +117,12 @@ def accuracy_options(command: Any) -> Any:
     "--method", "methods", default="freekv,dense", show_default=True,
     help="comma-separated methods with a simulator model (`dse methods`)",
 )
-@click.option("--input-tokens", required=True, type=click.IntRange(min=1))
-@click.option("--output-tokens", required=True, type=click.IntRange(min=1))
+@click.option("--input-tokens", required=True, type=number(TOKENS))
+@click.option("--output-tokens", required=True, type=number(TOKENS))
 @click.option(
     "--slo-ms",
     required=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(MILLISECONDS),
     help="per-token (per decode step) latency SLO, milliseconds",
 )
 @click.option("--slo-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
@@ -138,7 +138,7 @@ def accuracy_options(command: Any) -> Any:
 )
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="write the rows as CSV")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the answer as JSON")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
 def command(model: str, hardware: str, methods: str, input_tokens: int, output_tokens: int, slo_ms: float,
             slo_stat: str, demand: str | None, implementation: str, page_size: int | None,

@@ -193,6 +193,7 @@ def gather_evidence(base: Any, accuracy_from: tuple[str, ...], measure: str | No
 def parse_budgets(text: str | None) -> tuple[int, ...]:
     """--budgets '1024,2048' -> (1024, 2048); () when not given."""
     from dse.errors import DseError
+    from traces.numbers import TOKENS
 
     if not text:
         return ()
@@ -202,6 +203,8 @@ def parse_budgets(text: str | None) -> tuple[int, ...]:
         out = ()
     if not out or min(out) < 1:
         raise DseError(f"--budgets {text!r}: give comma-separated positive token counts, e.g. 1024,2048,4096")
+    for budget in out:
+        TOKENS.check(budget, f"--budgets {text!r}: each budget", DseError)
     return out
 
 

@@ -22,7 +22,9 @@ import click
 
 from dse.accuracy.paired import PairedComparison
 from dse.accuracy.runs import RunSamples
+from dse.commands.number_types import number
 from dse.errors import DseError
+from traces.numbers import COUNT, FRACTION, SEED
 
 __all__ = ["command", "comparable_metrics"]
 
@@ -105,16 +107,16 @@ def _report(c: PairedComparison, failures: int) -> list[str]:
 @click.argument("run_b", metavar="RUN_B")
 @click.option("--metric", default=None,
               help="Compare this metric only (default: every metric both runs scored).")
-@click.option("--floor", "floor_ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--floor", "floor_ratio", type=number(FRACTION), default=None,
               metavar="RATIO", help="Also decide whether A keeps RATIO x B's accuracy (B the reference, "
               "e.g. dense attention), by the paired floor rule of dse/accuracy/floor.py.")
-@click.option("--failures", type=click.IntRange(min=0), default=10, show_default=True,
+@click.option("--failures", type=number(COUNT), default=10, show_default=True,
               help="Prompts where A and B disagree to list, per metric.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the comparison (every disagreement) as JSON to this file.")
 @click.option("--study", "study_name", default=None,
               help="Study name, for a STUDY reference to a storage that holds several studies.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--seed", type=number(SEED), default=0, show_default=True, help="Seed of the bootstrap.")
 def command(run_a: str, run_b: str, metric: str | None, floor_ratio: float | None, failures: int,
             json_out: Path | None, study_name: str | None, seed: int) -> None:
     """Compare RUN_A with RUN_B (the reference) prompt by prompt.

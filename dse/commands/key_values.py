@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from dse.errors import DseError
+from traces.safe_load import load_json_text
 
 __all__ = ["key_values"]
 
@@ -21,7 +22,7 @@ def key_values(values: tuple[str, ...], option: str, example: str = "") -> dict[
             hint = f" (e.g. {example})" if example else ""
             raise DseError(f"{option} expects KEY=VALUE{hint}, got {item!r}")
         try:
-            out[key] = json.loads(raw)
+            out[key] = load_json_text(raw, f"{option} {key}")
         except json.JSONDecodeError:
             out[key] = raw
     return out

@@ -18,6 +18,9 @@ from typing import Any
 
 import click
 
+from dse.commands.number_types import number
+from traces.numbers import CONTEXT_TOKENS, TOKENS
+
 __all__ = ["FLAGS", "DEMAND_HELP", "demand_option", "transplant_option", "implementation_option",
            "replay_knob_options", "what_if_options", "knobs_given", "what_ifs", "split_names"]
 
@@ -70,12 +73,12 @@ def replay_knob_options(command: Callable) -> Callable:
 
     d = KNOB_DEFAULTS
     options = [
-        click.option("--page-size", type=click.IntRange(min=1), help=f"[the trace's, else {d['page_size']}]"),
-        click.option("--budget-tokens", type=click.IntRange(min=1),
+        click.option("--page-size", type=number(TOKENS), help=f"[the trace's, else {d['page_size']}]"),
+        click.option("--budget-tokens", type=number(TOKENS),
                      help=f"counts sink and window [the trace's, else {d['budget_tokens']}]"),
-        click.option("--sink-tokens", type=click.IntRange(min=0),
+        click.option("--sink-tokens", type=number(CONTEXT_TOKENS),
                      help=f"[the trace's, else {d['sink_tokens']}]"),
-        click.option("--window-tokens", type=click.IntRange(min=0),
+        click.option("--window-tokens", type=number(CONTEXT_TOKENS),
                      help=f"[the trace's, else {d['window_tokens']}]"),
         click.option("--dense-layers", help="comma-separated layers kept dense, '' for none [the trace's, "
                      f"else {','.join(map(str, d['dense_layers']))}: the runtime keeps layer 0 dense]"),

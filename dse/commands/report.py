@@ -7,6 +7,9 @@ from pathlib import Path
 
 import click
 
+from dse.commands.number_types import number
+from traces.numbers import MILLISECONDS, SEED
+
 __all__ = ["command"]
 
 
@@ -28,7 +31,7 @@ __all__ = ["command"]
 )
 @click.option(
     "--slo-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(MILLISECONDS),
     default=None,
     help="Per-token latency SLO in ms for the recommendations (default: the study's slo).",
 )
@@ -54,7 +57,7 @@ __all__ = ["command"]
     metavar="input=N,output=N,batch=B1/B2",
     help="Re-simulate the stored traces at this workload (any of the keys; several batches joined by /).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator runs.")
+@click.option("--seed", type=number(SEED), default=0, show_default=True, help="Seed of the simulator runs.")
 def command(
     source: str,
     out: Path,

@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 
 from dse.commands.capacity import accuracy_options
+from dse.commands.number_types import number
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
@@ -31,6 +32,12 @@ from dse.commands.replay_options import (
     transplant_option,
     what_if_options,
 )
+from traces.numbers import MILLISECONDS, RATE_PER_S, REQUESTS, SECONDS, SEED, TOKENS, Range
+
+GPUS = Range(1, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
+MAX_GPUS = Range(2, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
+SEEDS = Range(1, 64, integer=True, unit="arrival seeds", why="at most 64")
+LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
 
 __all__ = ["command"]
 
@@ -43,34 +50,34 @@ __all__ = ["command"]
 )
 @click.option(
     "--input-tokens",
-    type=click.IntRange(min=1),
+    type=number(TOKENS),
     default=32768,
     show_default=True,
     help="prompt tokens per Poisson request",
 )
 @click.option(
     "--output-tokens",
-    type=click.IntRange(min=1),
+    type=number(TOKENS),
     default=512,
     show_default=True,
     help="generated tokens per Poisson request",
 )
 @click.option(
     "--ttft-slo-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(SECONDS),
     default=None,
     help="p99 time-to-first-token SLO, seconds [none: the fleet must only keep up, --queue-slo-s]",
 )
 @click.option(
     "--tpot-slo-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(MILLISECONDS),
     default=50.0,
     show_default=True,
     help="p99 per-token latency (time per output token after the first) SLO, milliseconds",
 )
 @click.option(
     "--queue-slo-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(SECONDS),
     default=5.0,
     show_default=True,
     help="without --ttft-slo-s: p99 queueing delay a fleet that keeps up stays under (Vidur's "
@@ -86,7 +93,7 @@ __all__ = ["command"]
 )
 @click.option(
     "--arrival-rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(RATE_PER_S),
     help="requests per second (Poisson) to simulate",
 )
 @click.option(
@@ -97,12 +104,12 @@ __all__ = ["command"]
 )
 @click.option(
     "--target-rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(RATE_PER_S),
     help="requests per second: answer the fewest GPUs per profile, method and scheduler meeting the SLOs",
 )
 @click.option(
     "--seeds",
-    type=click.IntRange(min=1),
+    type=number(SEEDS),
     default=3,
     show_default=True,
     help="with --target-rate: arrival seeds --seed, --seed+1, ...; the answer is their range",
@@ -116,35 +123,35 @@ __all__ = ["command"]
 )
 @click.option(
     "--gpus",
-    type=click.IntRange(min=1),
+    type=number(GPUS),
     default=1,
     show_default=True,
     help="without --target-rate: serving GPUs (disaggregated: decode GPUs)",
 )
 @click.option(
     "--prefill-gpus",
-    type=click.IntRange(min=1),
+    type=number(GPUS),
     default=1,
     show_default=True,
     help="without --target-rate, disaggregated: prefill GPUs",
 )
 @click.option(
     "--max-gpus",
-    type=click.IntRange(min=2),
+    type=number(MAX_GPUS),
     default=256,
     show_default=True,
     help="with --target-rate: the largest fleet searched",
 )
 @click.option(
     "--chunk-tokens",
-    type=click.IntRange(min=1),
+    type=number(TOKENS),
     default=512,
     show_default=True,
     help="chunked: tokens per iteration (decode + prefill chunks; Sarathi-Serve's and Vidur's 512)",
 )
 @click.option(
     "--kv-link-gbps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=number(LINK_GBPS),
     default=50.0,
     show_default=True,
     help="disaggregated: GB/s of the KV transfer from a prefill to a decode GPU (one 400 Gb/s "
@@ -152,7 +159,7 @@ __all__ = ["command"]
 )
 @click.option(
     "--n-requests",
-    type=click.IntRange(min=1),
+    type=number(REQUESTS),
     default=None,
     help="requests per simulated stream [100; with --target-rate: four request lifetimes of "
     "arrivals, at least 200]",
@@ -169,7 +176,7 @@ __all__ = ["command"]
     "dollars per hour and per million output tokens",
 )
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the results as JSON")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
 def command(
     model: str,

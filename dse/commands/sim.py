@@ -17,8 +17,10 @@ from typing import Any
 
 import click
 
+from dse.commands.number_types import number
 from dse.commands.replay_options import FLAGS, replay_knob_options, transplant_option, what_if_options
 from dse.commands.sim_calibrate import calibrate_command
+from traces.numbers import COSINE, SEED, TOKENS
 
 __all__ = ["command"]
 
@@ -75,12 +77,13 @@ command.add_command(calibrate_command)
 )
 @click.option("--batch", "batch_text", default="1", show_default=True,
               help="batch size, or a comma-separated list (1,4,16): one result per batch")
-@click.option("--input-tokens", default=600, show_default=True, type=click.IntRange(min=1))
-@click.option("--output-tokens", default=16384, show_default=True, type=click.IntRange(min=1))
+@click.option("--input-tokens", default=600, show_default=True, type=number(TOKENS))
+@click.option("--output-tokens", default=16384, show_default=True, type=number(TOKENS))
 @replay_knob_options
-@click.option("--tau", type=float, help="recompute corrections from recorded similarities [the trace's]")
+@click.option("--tau", type=number(COSINE),
+              help="recompute corrections from recorded similarities [the trace's]")
 @what_if_options
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=number(SEED))
 @click.option("--estimate-ranges/--no-estimate-ranges", "estimate_ranges", default=None,
               help="also price as-published answers with every estimated constant at the cheap and at the "
               "dear end of its stated range (low/high ms per token) [on, off with --method all]")

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import click
 
+from dse.commands.number_types import number
+from traces.numbers import OPEN_FRACTION
+
 __all__ = ["calibrate_command"]
 
 
@@ -26,7 +29,7 @@ __all__ = ["calibrate_command"]
     help="calibrate from a GPU microbenchmark JSON (schema freekv-dse-microbench/1) instead of a trace",
 )
 @click.option("--software", default=None, help="software profile to calibrate with --microbench")
-@click.option("--train-fraction", default=0.6, show_default=True, type=float)
+@click.option("--train-fraction", default=0.6, show_default=True, type=number(OPEN_FRACTION))
 @click.option(
     "--out",
     type=click.Path(path_type=Path),

@@ -13,14 +13,17 @@ from typing import Any
 
 import click
 
+from dse.commands.number_types import number
 from dse.errors import DseError
 from traces.catalogue import CATALOGUE, names
 from traces.catalogue.retrieval import GROUP_POOLINGS, PAGE_SUMMARIES
+from traces.numbers import BATCH, CONTEXT_TOKENS, COSINE, LAYERS, SAMPLES, SEED, TOKENS
+from traces.user_files import check_input_path
 
 __all__ = ["command"]
 
-_POS = click.IntRange(min=1)
-_NONNEG = click.IntRange(min=0)
+_POS = number(TOKENS)
+_NONNEG = number(CONTEXT_TOKENS)
 
 
 def _having(knob: str) -> str:
@@ -71,13 +74,15 @@ def _check_before_loading(model: str, dense_layers: tuple[int, ...], out_dir: Pa
 def _task_params(items: tuple[str, ...]) -> dict[str, Any]:
     import yaml
 
+    from sim.yaml_io import load_yaml
+
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise DseError(f"--param must be KEY=VALUE (e.g. --param num_hops=6), got {item!r}")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = load_yaml(value, f"--param {key.strip()}")
         except yaml.YAMLError:
             out[key.strip()] = value
     return out
@@ -151,15 +156,15 @@ def _print_summary(summary: dict[str, Any]) -> None:
                    "niah_multikey, "
                    "niah_multivalue, niah_multiquery, vt, cwe, fwe, or a benchmark loader (longbench_v2, "
                    "ruler_jsonl, longgenbench, math500, aime24, gpqa; see docs/tasks.md).")
-@click.option("--context-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
+@click.option("--context-tokens", type=number(TOKENS), default=2048, show_default=True,
               help="KV-cache tokens at the last decode step of a sample (prompt + decode tokens).")
-@click.option("--budget-tokens", type=click.IntRange(min=1), default=None,
+@click.option("--budget-tokens", type=number(TOKENS), default=None,
               help="Tokens attended per KV head, sink and window included [RuntimeConfig default].")
 @click.option("--page-size", type=_POS, default=None, help="Tokens per page [RuntimeConfig default].")
 @click.option("--sink-tokens", type=_NONNEG, default=None, help="Sink tokens [RuntimeConfig default].")
 @click.option("--window-tokens", type=_NONNEG, default=None,
               help="Local window tokens [RuntimeConfig default].")
-@click.option("--tau", type=float, default=None,
+@click.option("--tau", type=number(COSINE), default=None,
               help=f"Correction threshold, the knob tau of {_having('tau')} [the method's default].")
 @click.option("--group-pooling", type=click.Choice(GROUP_POOLINGS), default=None,
               help="Pooling of a GQA group's page scores, the knob group_pooling of "
@@ -176,15 +181,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--dense-layers", default="0", show_default=True, help="Comma-separated dense layers.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="Local HF directory (config.json + safetensors) or .gguf file.")
-@click.option("--random-weights", type=int, default=None, metavar="SEED",
+@click.option("--random-weights", type=number(SEED), default=None, metavar="SEED",
               help="No real weights: the registry architecture with random weights from SEED, built on the "
               "device (timing runs; accuracy is withheld as meaningless). Tokenizer: UTF-8 bytes.")
-@click.option("--layers", type=int, default=None,
+@click.option("--layers", type=number(LAYERS), default=None,
               help="With --random-weights: keep only the first N decoder layers (small test runs; recorded).")
 @click.option("--random-init", type=click.Choice(["device", "cpu"]), default="device", show_default=True,
               help="With --random-weights: draw the weights on the device, or on the CPU (same weights on "
               "every device, slower).")
-@click.option("--samples", type=_POS, default=4, show_default=True, help="Task samples (sequences).")
+@click.option("--samples", type=number(SAMPLES), default=4, show_default=True,
+              help="Task samples (sequences).")
 @click.option("--decode-tokens", type=_POS, default=None, help="Decode tokens per sample [task default].")
 @click.option("--filler", type=click.Choice(["repeat", "natural"]), default=None,
               help="Passkey filler text [repeat].")
@@ -193,9 +199,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Task parameter (repeatable), e.g. --param num_hops=6 --param data=/path/file.jsonl; "
                    "VALUE is read as YAML (numbers, lists).")
-@click.option("--batch-size", type=int, default=8, show_default=True,
+@click.option("--batch-size", type=number(BATCH), default=8, show_default=True,
               help="Samples run together (equal prompt lengths); 1 runs them one by one.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=number(SEED), default=0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--measure-attention-mass", is_flag=True, help="Record attention mass per step (slower).")
@@ -214,6 +220,8 @@ def command(
 ) -> None:
     """Run the real model with a KV policy on a task: prints accuracy and a trace summary, writes
     OUT/trace (the per-step trace) and OUT/summary.json."""
+    if weights is not None:  # before importing the runtime (torch): a bad path is refused at once
+        check_input_path(weights, "--weights")
     from freekv_runtime.api import TraceRequest, run_trace
     from freekv_runtime.config import RuntimeConfig
     from freekv_runtime.tasks import TaskSpec

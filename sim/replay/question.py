@@ -14,6 +14,7 @@ from typing import Any
 from sim.config import IMPLEMENTATIONS
 from sim.errors import SimInputError
 from sim.replay.demand_source import DemandSource
+from traces.numbers import SEED
 
 __all__ = ["Question"]
 
@@ -67,6 +68,7 @@ class Question:
                                 f"{', '.join(IMPLEMENTATIONS)}, got {', '.join(bad)}")
         if self.every_method and self.methods:
             raise SimInputError(f"{self.named('method')}: give method names or every method, not both")
+        SEED.check(self.seed, self.named("seed"), SimInputError)
 
     def named(self, field_name: str) -> str:
         """How the user named `field_name` (its entry in `names`, else the field's name)."""

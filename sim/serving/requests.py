@@ -8,13 +8,16 @@ arrival_s,input_tokens,output_tokens) or a JSON list of such objects.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import SimInputError
+from traces.numbers import REQUESTS, TOKENS, text_to_number
+from traces.numbers import SECONDS_OR_ZERO as ARRIVAL_S
+from traces.safe_load import MAX_JSON_BYTES, load_user_json
+from traces.user_files import UserFileError, read_user_text
 
 __all__ = ["Request", "poisson_requests", "load_requests"]
 
@@ -38,22 +41,42 @@ def poisson_requests(
     return [Request(float(t), input_tokens, output_tokens) for t in np.cumsum(gaps)]
 
 
+_REQUEST_FIELDS = {"arrival_s": ARRIVAL_S, "input_tokens": TOKENS, "output_tokens": TOKENS}
+_REQUESTS_FORM = ("expected CSV with header arrival_s,input_tokens,output_tokens (or a JSON list of objects "
+                  "with those keys), one request per row")
+
+
 def load_requests(path: Path) -> list[Request]:
-    """A CSV (header arrival_s,input_tokens,output_tokens) or JSON list of such objects, sorted by arrival."""
+    """A CSV (header arrival_s,input_tokens,output_tokens) or JSON list of such objects, sorted by arrival.
+
+    The file is read as traces.user_files reads every user file (a regular UTF-8 file of bounded size); every
+    number is checked against its traces.numbers range (arrival: finite seconds >= 0; tokens: integers),
+    at most REQUESTS.hi requests."""
+    where = f"--requests {path}"
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SimInputError(f"--requests {path}: cannot read ({exc.strerror})") from None
-    try:
-        rows = json.loads(text) if str(path).endswith(".json") else list(csv.DictReader(text.splitlines()))
-        reqs = [Request(float(r["arrival_s"]), int(r["input_tokens"]), int(r["output_tokens"])) for r in rows]
-    except (KeyError, ValueError, TypeError, json.JSONDecodeError) as exc:
-        raise SimInputError(
-            f"--requests {path}: expected CSV with header arrival_s,input_tokens,output_tokens (or a JSON "
-            f"list of objects with those keys), one request per row ({exc})"
-        ) from None
-    if not reqs or any(r.arrival_s < 0 or r.input_tokens < 1 or r.output_tokens < 1 for r in reqs):
-        raise SimInputError(
-            f"--requests {path}: needs at least one request, arrival_s >= 0, token counts >= 1"
-        )
+        if str(path).endswith(".json"):
+            rows = load_user_json(path, "--requests")
+        else:
+            rows = list(csv.DictReader(read_user_text(path, "--requests", MAX_JSON_BYTES).splitlines()))
+    except UserFileError as exc:
+        raise SimInputError(str(exc)) from None
+    except (ValueError, csv.Error) as exc:
+        raise SimInputError(f"{where}: {_REQUESTS_FORM} ({exc})") from None
+    if not isinstance(rows, list) or not rows:
+        raise SimInputError(f"{where}: {_REQUESTS_FORM}; it holds no request")
+    if len(rows) > REQUESTS.hi:
+        raise SimInputError(f"{where}: {len(rows)} requests; at most {REQUESTS.hi} per simulation")
+    reqs = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or any(k not in row for k in _REQUEST_FIELDS):
+            raise SimInputError(f"{where}: request {i + 1}: {_REQUESTS_FORM}, got {row!r}")
+        values = []
+        for key, bound in _REQUEST_FIELDS.items():
+            raw = row[key]
+            value = text_to_number(raw, integer=bound.integer) if isinstance(raw, str) else raw
+            detail = bound.problem(value if value is not None else raw)
+            if detail is not None:
+                raise SimInputError(f"{where}: request {i + 1}: {key} {detail}")
+            values.append(int(value) if bound.integer else float(value))
+        reqs.append(Request(*values))
     return sorted(reqs, key=lambda r: r.arrival_s)
