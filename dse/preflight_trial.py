@@ -7,7 +7,6 @@ way the trial itself would check it, so that a study that cannot run fails at on
 naming the key, instead of measuring for minutes and then failing or leaving a trial RUNNING:
 
 - every task's parameters, context and decode tokens (the runtime's task check);
-- `seed` and `sampler.seed` within 0 .. 2**32 - 1 (what numpy's and Optuna's generators accept);
 - every (replayed model, profile, method, batch, context) a simulator configuration;
 - every batch size fitting in memory on at least one of the study's profiles for every replayed model
   (a batch that fits nowhere has no latency anywhere: no trial could rank it).
@@ -21,24 +20,13 @@ from dse.errors import DseError
 from dse.study import Study
 from traces.catalogue import DENSE
 
-__all__ = ["check_trial_inputs", "MAX_SEED"]
-
-MAX_SEED = 2**32 - 1  # numpy.random.default_rng / RandomState and Optuna's samplers take 0 .. 2**32 - 1
+__all__ = ["check_trial_inputs"]
 
 
 def check_trial_inputs(study: Study) -> None:
     """DseError naming the study key when a trial of `study` would fail on it."""
-    _check_seeds(study)
     _check_tasks(study)
     _check_replays(study)
-
-
-def _check_seeds(study: Study) -> None:
-    for key, seed in (("seed", study.seed), ("sampler.seed", study.sampler.seed)):
-        if not 0 <= seed <= MAX_SEED:
-            raise DseError(
-                f"{key}: {seed} is not a valid seed; give an integer from 0 to {MAX_SEED} (2**32 - 1)"
-            )
 
 
 def _check_tasks(study: Study) -> None:

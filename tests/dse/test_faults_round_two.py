@@ -438,10 +438,11 @@ def test_damaged_cached_evidence_run_is_measured_again(tmp_path) -> None:
 
 BAD_STUDIES = {
     "workload: {input_tokens: 4096, output_tokens: 32, batch_sizes: [1000000000000]}": "workload.batch_sizes",
-    "workload: {input_tokens: 4096, output_tokens: 1099511627776}": "not even one sequence",
+    "workload: {input_tokens: 4096, output_tokens: 1099511627776}": "at most 2**24",
+    "workload: {input_tokens: 4096, output_tokens: 16000000}": "not even one sequence",
     "sampler: {name: random, seed: -1}": "sampler.seed",
-    "seed: -1": "seed: -1",
-    "seed: 36893488147419103232": "seed: 36893488147419103232",
+    "seed: -1": "got -1",
+    "seed: 36893488147419103232": "got 36893488147419103232",
     "trials: true": "trials: true/false",
     "tasks: [{name: passkey, context_tokens: 128, samples: yes}]": "tasks[0].samples: true/false",
     "search: {tau: [0.8], page_size: [true], budget_tokens: [96], sink_tokens: [32], window_tokens: [32]}": (
