@@ -109,8 +109,7 @@ def test_per_query_head_attention_reference_is_the_rule(gen, b, hkv, g, p, d, dt
 
 
 @pytest.mark.usefixtures("triton_interpreter")
-@pytest.mark.parametrize("b,hkv,g,p,d,dtype", CASES)
-@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("b,hkv,g,p,d,dtype,num_splits", [(*c, 1) for c in CASES] + [(*CASES[0], 3)])
 def test_per_query_head_attention_triton_matches_reference(gen, b, hkv, g, p, d, dtype, num_splits):
     dt = DTYPES[dtype]
     q = randn(gen, b, hkv * g, d, dtype=dt)
