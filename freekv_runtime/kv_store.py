@@ -88,6 +88,9 @@ class PagedKVStore:
         self.pool = host_empty((batch_size, 0, n_kv_heads, 2, page_size, head_dim), dtype, device)
         self.key_bounds = torch.empty((batch_size, n_kv_heads, 0, 2, head_dim), dtype=dtype, device=device)
         self.offload_event: torch.cuda.Event | None = None
+        # (b, Hq, k) int64 pages of each query head's own selection, when the method selects per query head
+        # (freekv_runtime.policies._query_head_selection); None: attention reads every resident slot.
+        self.query_pages: np.ndarray | None = None
         self.n_tokens = 0
         self._bounds: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
         self._steady_table: tuple | None = None  # (cur_page, table, n_pages, n_pages host, sink, window)
@@ -296,20 +299,35 @@ class PagedKVStore:
         return PageTable(table_t, n_pages_t, n_pages, self._last_page_tokens[last], last, self.p, sink,
                          self.resident.copy(), window)
 
+    def query_head_table(self, query_pages: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """Per-query-head tables of a per-query-head selection: row [i, j] = sink slots, the selected slots
+        of KV head j // G holding one of query head j's pages query_pages[i, j] (int64 page ids, -1 =
+        none; (b, Hq, k)), window slots. Returns table (b, Hq, M) int32 and n_pages (b, Hq) int32 (device)
+        and the attended tokens (b, Hq) int32 (host)."""
+        group = query_pages.shape[1] // self.n_kv
+        resident = np.repeat(self.resident, group, axis=1)  # (b, Hq, K)
+        held = (resident[..., :, None] == query_pages[..., None, :]).any(-1) & (resident >= 0)
+        sink = np.arange(min(self.sink, self.cur_page + 1), dtype=np.int64)
+        table, n_pages = self._build_table(held, sink, np.asarray(self.window_page_ids(), dtype=np.int64))
+        attended = ((n_pages - 1) * self.p + self.last_page_tokens).astype(np.int32)
+        return torch.from_numpy(table).to(self.device), torch.from_numpy(n_pages).to(self.device), attended
+
     def _build_table(
         self, held: np.ndarray, sink: np.ndarray, window: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(table (b, Hkv, M) int32 slot ids, n_pages (b, Hkv) int32) for the residency mask held."""
+        """(table (b, H, M) int32 slot ids, n_pages (b, H) int32) for the residency mask held (b, H, K):
+        H = Hkv, or Hq for per-query-head tables (row j reads KV head j // G's slots)."""
+        rows = held.shape[1]
         n_sink, n_window = len(sink), len(window)
         base = (np.arange(self.b, dtype=np.int64) * self.slots_per_seq)[:, None, None]  # (b, 1, 1)
         window_slots = self.sink + window % self.window
         if held.all():
             row = np.concatenate((sink, self.selected_slot(np.arange(self.k_sel)), window_slots))
-            table = np.repeat(base + row, self.n_kv, axis=1)  # (b, Hkv, M)
-            return table.astype(np.int32), np.full((self.b, self.n_kv), len(row), dtype=np.int32)
+            table = np.repeat(base + row, rows, axis=1)  # (b, H, M)
+            return table.astype(np.int32), np.full((self.b, rows), len(row), dtype=np.int32)
         n_held = held.sum(axis=2)  # (b, Hkv)
         held_first = np.argsort(~held, axis=2, kind="stable")  # held slot indices first, in slot order
-        table = np.zeros((self.b, self.n_kv, n_sink + n_window + self.k_sel), dtype=np.int64)
+        table = np.zeros((self.b, rows, n_sink + n_window + self.k_sel), dtype=np.int64)
         table[:, :, :n_sink] = base + sink  # sink pages sit in local slots [0, S)
         selected = base + self.selected_slot(held_first)
         table[:, :, n_sink : n_sink + self.k_sel] = np.where(np.arange(self.k_sel) < n_held[..., None],

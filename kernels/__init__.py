@@ -20,6 +20,9 @@ from kernels.page_scores import (
     page_scores,
     page_scores_reference,
     page_scores_triton,
+    query_page_scores,
+    query_page_scores_reference,
+    query_page_scores_triton,
 )
 from kernels.query_similarity import (
     query_similarity,
@@ -54,6 +57,9 @@ __all__ = [
     "page_scores",
     "page_scores_reference",
     "page_scores_triton",
+    "query_page_scores",
+    "query_page_scores_reference",
+    "query_page_scores_triton",
     "topk_pages",
     "topk_pages_cpu",
     "topk_pages_reference",

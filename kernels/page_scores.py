@@ -17,6 +17,11 @@ page_hi on). Pooling over the G query heads of a KV head (official FreeKV code: 
 - "max" (Quest / RaaS made group-consistent; harness maxS): the max over the group of raw[j, i].
 Result (b, Hkv, P) float32, -inf outside the candidate range (all -inf where the range is empty).
 
+Per query head (`query_page_scores`, no pooling: Quest's own harness, mit-han-lab/Quest evaluation/
+quest_attention.py:139-146 repeats K to every query head and scores chunks per head): raw[j, i] for every
+query head j against its KV head's summaries, (b, Hq, P) float32, -inf outside the candidates; top-k of
+that per row (`kernels.topk_pages`) is each query head's own selection.
+
 Shapes: q (b, Hq, d); kmin, kmax (b, Hkv, P, d), any float dtype, kmin <= kmax; page_lo, page_hi (b,)
 int32. Accumulation in float32. GPU status: the Triton kernel is tested against the reference in
 Triton's interpreter on the CPU and compiled ahead of time for sm_80 / sm_90
@@ -33,7 +38,8 @@ import triton.language as tl
 
 from kernels._common import check_float, check_int32, next_pow2, require, same_device, use_triton
 
-__all__ = ["page_scores", "page_scores_reference", "page_scores_triton", "POOLINGS"]
+__all__ = ["page_scores", "page_scores_reference", "page_scores_triton", "POOLINGS", "query_page_scores",
+           "query_page_scores_reference", "query_page_scores_triton"]
 
 POOLINGS = ("softmax_mean", "softmax_scaled_mean", "mean", "max")
 _POOL_SOFTMAX, _POOL_MAX, _POOL_MEAN = 0, 1, 2
@@ -130,14 +136,17 @@ def _store_softmax_mean(q, kmin_base, kmax_base, out_base, lo, hi, n_pages, grou
 @triton.jit
 def _page_scores_kernel(
     q_ptr, kmin_ptr, kmax_ptr, lo_ptr, hi_ptr, out_ptr,
-    n_pages, group_size, head_dim, sm_scale,
+    n_pages, group_size, summary_group, head_dim, sm_scale,
     stride_qb, stride_qh, stride_qd,
     stride_nb, stride_nh, stride_np, stride_nd,
     stride_xb, stride_xh, stride_xp, stride_xd,
     stride_ob, stride_oh, stride_op,
     BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr, POOL: tl.constexpr,
 ):
-    """One program per (batch, KV head); loops over the pages in blocks of BLOCK_P.
+    """One program per (batch, row h); loops over the pages in blocks of BLOCK_P. Row h pools query heads
+    [h * group_size, (h + 1) * group_size) against the summaries of KV head h // summary_group (pooled
+    scores: one row per KV head, summary_group 1; per query head: one row per query head, group_size 1,
+    summary_group G).
 
     POOL: 0 softmax over the candidates per head then mean (scores times sm_scale), 1 max, 2 mean."""
     b = tl.program_id(0)
@@ -153,8 +162,9 @@ def _page_scores_kernel(
     q = tl.load(q_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
     lo = tl.load(lo_ptr + b)
     hi = tl.load(hi_ptr + b)
-    kmin_base = kmin_ptr + b * stride_nb + h * stride_nh
-    kmax_base = kmax_ptr + b * stride_xb + h * stride_xh
+    kv_h = h // summary_group
+    kmin_base = kmin_ptr + b * stride_nb + kv_h * stride_nh
+    kmax_base = kmax_ptr + b * stride_xb + kv_h * stride_xh
     out_base = out_ptr + b * stride_ob + h * stride_oh
 
     if POOL == 0:
@@ -279,7 +289,7 @@ def page_scores_triton(
     block_p = max(1, min(next_pow2(n_pages), _MAX_TILE_ELEMS // (block_g * block_d)))
     _page_scores_kernel[(b, hkv)](
         q, kmin, kmax, page_lo, page_hi, out,
-        n_pages, group, d, _scale(pooling, d),
+        n_pages, group, 1, d, _scale(pooling, d),
         *q.stride(), *kmin.stride(), *kmax.stride(), *out.stride(),
         BLOCK_G=block_g, BLOCK_P=block_p, BLOCK_D=block_d, POOL=_POOL_CODES[pooling],
     )
@@ -294,3 +304,46 @@ def page_scores(
     if use_triton(q, kmin, kmax, page_lo, page_hi):
         return page_scores_triton(q, kmin, kmax, page_lo, page_hi, pooling)
     return page_scores_reference(q, kmin, kmax, page_lo, page_hi, pooling)
+
+
+def query_page_scores_reference(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+) -> torch.Tensor:
+    """Plain-torch per-query-head page scores (b, Hq, P) float32: the raw bound of every query head against
+    its KV head's page summaries, -inf outside [page_lo, page_hi) (module docstring)."""
+    b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, "max")
+    qf = q.float().reshape(b * hkv, group, d)
+    scores = _bound_scores(qf, kmin, kmax, 0, n_pages).view(b, hkv * group, n_pages)
+    pages = torch.arange(n_pages, device=q.device)
+    outside = ((pages < page_lo[:, None]) | (pages >= page_hi[:, None]))[:, None, :]  # (b, 1, P)
+    return scores.masked_fill(outside, float("-inf")).contiguous()
+
+
+def query_page_scores_triton(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+) -> torch.Tensor:
+    """Triton per-query-head page scores; same contract as `query_page_scores_reference`: the pooled kernel
+    with one program per (batch, query head), each a group of one reading its KV head's summaries."""
+    b, hkv, group, n_pages, d = _check_args(q, kmin, kmax, page_lo, page_hi, "max")
+    out = torch.empty((b, hkv * group, n_pages), dtype=torch.float32, device=q.device)
+    if b == 0:
+        return out
+    block_d = next_pow2(d)
+    block_p = max(1, min(next_pow2(n_pages), _MAX_TILE_ELEMS // block_d))
+    _page_scores_kernel[(b, hkv * group)](
+        q, kmin, kmax, page_lo, page_hi, out,
+        n_pages, 1, group, d, 1.0,
+        *q.stride(), *kmin.stride(), *kmax.stride(), *out.stride(),
+        BLOCK_G=1, BLOCK_P=block_p, BLOCK_D=block_d, POOL=_POOL_MAX,
+    )
+    return out
+
+
+def query_page_scores(
+    q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor, page_lo: torch.Tensor, page_hi: torch.Tensor,
+) -> torch.Tensor:
+    """Per-query-head page scores (b, Hq, P) float32: Triton on CUDA (or when forced), the reference
+    otherwise."""
+    if use_triton(q, kmin, kmax, page_lo, page_hi):
+        return query_page_scores_triton(q, kmin, kmax, page_lo, page_hi)
+    return query_page_scores_reference(q, kmin, kmax, page_lo, page_hi)

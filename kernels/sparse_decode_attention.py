@@ -7,13 +7,22 @@ the NHD cache). Every listed page is full except the last, which holds last_page
     o[b, j] = softmax(q[b, j] . K^T / sqrt(d)) V          over the listed tokens (fp32 accumulation)
     lse[b, j] = log sum exp(q[b, j] . K^T / sqrt(d))        (natural log; -inf when nothing is listed)
 
-A (b, h) with n_pages = 0 gets o = 0. The Triton kernel runs one program per (b, KV head) that serves all
+A (b, h) with n_pages = 0 gets o = 0.
+
+Per-query-head tables: a page_table (b, Hq, M) with n_pages (b, Hq) lists the pages of each query head on
+its own (query head j reads KV head j // G at the listed slots), for methods whose code selects per query
+head (Quest: mit-han-lab/Quest evaluation/quest_attention.py:139-146; InfiniGen; SnapKV's original code).
+The Triton kernel then runs one program per (b, query head); the reference runs the per-KV-head path once
+per group member g over the query heads g, G + g, 2G + g, ...
+
+With a per-KV-head table the Triton kernel runs one program per (b, KV head) that serves all
 G query heads of the group with an online softmax, so each K/V page is read from memory once. On CUDA
 each page list is also split into chunks (flash-decoding) so that small batches still fill the GPU; a
 second kernel merges the chunks' partial softmaxes.
 
 Shapes: q (b, Hq, d); k_cache, v_cache (n_slots, p, Hkv, d) "NHD"; page_table (b, Hkv, M) int32;
-n_pages (b, Hkv) int32 in [0, M]; last_page_tokens (b,) int32. Output (b, Hq, d) in q's dtype, and with
+n_pages (b, Hkv) int32 in [0, M] (or (b, Hq, M) and (b, Hq): per query head); last_page_tokens (b,)
+int32. Output (b, Hq, d) in q's dtype, and with
 return_lse=True also lse (b, Hq) float32. Entries of page_table past n_pages are never read.
 GPU status: the Triton kernel is tested against the reference in Triton's interpreter on the CPU and
 compiled ahead of time for sm_80 / sm_90 (tests/kernels/compile_check.py); it has not run on a GPU yet.
@@ -119,7 +128,7 @@ def _store_normalised(
 @triton.jit
 def _sparse_decode_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, npages_ptr, last_ptr, out_ptr, lse_ptr, pacc_ptr, pml_ptr,
-    group_size, head_dim, page_size, pages_per_split, sm_scale,
+    group_size, heads_per_row, head_dim, page_size, pages_per_split, sm_scale,
     stride_qb, stride_qh, stride_qd,
     stride_ks, stride_kt, stride_kh, stride_kd,
     stride_vs, stride_vt, stride_vh, stride_vd,
@@ -132,7 +141,9 @@ def _sparse_decode_kernel(
     BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STORE_LSE: tl.constexpr,
     SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """One program per (batch, KV head, split): all G query heads over the split's listed pages.
+    """One program per (batch, table row h, split): query heads [h * group_size, (h + 1) * group_size)
+    over the split's listed pages of KV head h // heads_per_row (a per-KV-head table: group_size G,
+    heads_per_row 1; a per-query-head table: group_size 1, heads_per_row G).
 
     Online softmax over the pages j in [split * pages_per_split, ...) of the (b, h) list. Without SPLIT
     (one split) the program normalises and writes out / lse; with SPLIT it writes its unnormalised
@@ -157,8 +168,9 @@ def _sparse_decode_kernel(
     first = split * pages_per_split
     stop = tl.minimum(n, first + pages_per_split)
     table_base = table_ptr + b * stride_tb + h * stride_th
-    k_base = k_ptr + h * stride_kh + offs_t[:, None] * stride_kt + offs_d[None, :] * stride_kd
-    v_base = v_ptr + h * stride_vh + offs_t[:, None] * stride_vt + offs_d[None, :] * stride_vd
+    kv_h = h // heads_per_row
+    k_base = k_ptr + kv_h * stride_kh + offs_t[:, None] * stride_kt + offs_d[None, :] * stride_kd
+    v_base = v_ptr + kv_h * stride_vh + offs_t[:, None] * stride_vt + offs_d[None, :] * stride_vd
     m_i, l_i, acc = _attend_listed_pages(q, table_base, k_base, v_base, first, stop, n, last, page_size,
                                          offs_t, d_mask, sm_scale, stride_ks, stride_vs, stride_tm,
                                          BLOCK_G, BLOCK_D, DOT_PRECISION)
@@ -225,11 +237,11 @@ def _check_args(
             lambda: f"q heads ({hq}) must be a multiple of cache KV heads ({hkv})")
     require(page_size >= 1, "k_cache page size p must be >= 1")
     require(isinstance(page_table, torch.Tensor) and page_table.dim() == 3
-            and tuple(page_table.shape[:2]) == (b, hkv),
-            lambda: f"page_table must be (b={b}, Hkv={hkv}, M), got "
+            and tuple(page_table.shape[:2]) in ((b, hkv), (b, hq)),
+            lambda: f"page_table must be (b={b}, Hkv={hkv}, M) or, per query head, (b={b}, Hq={hq}, M), got "
             f"{tuple(getattr(page_table, 'shape', ()))}")
     check_int32("page_table", page_table, tuple(page_table.shape))
-    check_int32("n_pages", n_pages, (b, hkv))
+    check_int32("n_pages", n_pages, tuple(page_table.shape[:2]))
     check_int32("last_page_tokens", last_page_tokens, (b,))
     same_device(q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, n_pages=n_pages,
                 last_page_tokens=last_page_tokens)
@@ -277,6 +289,9 @@ def sparse_decode_attention_reference(
     """
     b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
                                               validate)
+    if page_table.shape[1] != hkv:  # per query head: each group member g on its own (module docstring)
+        return _per_query_head_reference(q, k_cache, v_cache, page_table, n_pages, last_page_tokens,
+                                         return_lse)
     if not return_lse and _slot_span_applies(q, k_cache, v_cache):
         n_pages_host = n_pages.numpy()
         span = slot_span(page_table.numpy(), n_pages_host, last_page_tokens.numpy(), page_size,
@@ -307,6 +322,28 @@ def sparse_decode_attention_reference(
     return out, torch.logsumexp(s, dim=-1).reshape(b, hkv * group)
 
 
+def _per_query_head_reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+    n_pages: torch.Tensor, last_page_tokens: torch.Tensor, return_lse: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The reference over a per-query-head table (b, Hq, M): query heads g, G + g, ... (one per KV head)
+    attend their own rows through the per-KV-head path, for each g in [0, G)."""
+    hkv = k_cache.shape[2]
+    group = q.shape[1] // hkv
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    for g in range(group):
+        rows = slice(g, None, group)
+        part = sparse_decode_attention_reference(
+            q[:, rows].contiguous(), k_cache, v_cache, page_table[:, rows].contiguous(),
+            n_pages[:, rows].contiguous(), last_page_tokens, return_lse, validate=False)
+        if return_lse:
+            out[:, rows], lse[:, rows] = part
+        else:
+            out[:, rows] = part
+    return (out, lse) if return_lse else out
+
+
 @functools.lru_cache(maxsize=16)
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -332,9 +369,10 @@ def sparse_decode_attention_triton(
     merged by a second kernel (flash-decoding); None picks ~2 programs per SM on CUDA, 1 elsewhere.
     """
     b, hkv, group, page_size, d = _check_args(q, k_cache, v_cache, page_table, n_pages, last_page_tokens)
-    max_pages = page_table.shape[2]
+    rows, max_pages = page_table.shape[1], page_table.shape[2]
+    heads_per_row = 1 if rows == hkv else group  # a per-query-head table: one program per query head
     if num_splits is None:
-        num_splits = _default_splits(q, b, hkv, max_pages)
+        num_splits = _default_splits(q, b, rows, max_pages)
     require(isinstance(num_splits, int) and num_splits >= 1,
             lambda: f"num_splits must be an int >= 1, got {num_splits!r}")
     pages_per_split = max(1, math.ceil(max_pages / num_splits))
@@ -349,12 +387,13 @@ def sparse_decode_attention_triton(
         return (out, lse) if return_lse else out
     block_d = max(16, next_pow2(d))
     # tl.dot needs every block dimension >= 16 when compiled; padding rows/columns are masked.
-    _sparse_decode_kernel[(b, hkv, num_splits)](
+    row_group = (hkv * group) // rows  # query heads per program
+    _sparse_decode_kernel[(b, rows, num_splits)](
         q, k_cache, v_cache, page_table, n_pages, last_page_tokens, out, lse, pacc, pml,
-        group, d, page_size, pages_per_split, 1.0 / math.sqrt(d),
+        row_group, heads_per_row, d, page_size, pages_per_split, 1.0 / math.sqrt(d),
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *page_table.stride(), *n_pages.stride(),
         *out.stride(), *lse.stride(), *pacc.stride(), *pml.stride(),
-        BLOCK_G=max(16, next_pow2(group)), BLOCK_T=max(16, next_pow2(page_size)), BLOCK_D=block_d,
+        BLOCK_G=max(16, next_pow2(row_group)), BLOCK_T=max(16, next_pow2(page_size)), BLOCK_D=block_d,
         STORE_LSE=return_lse, SPLIT=split,
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
     )

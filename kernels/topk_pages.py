@@ -1,8 +1,9 @@
-"""Top-k page selection per (batch, KV head), deterministic.
+"""Top-k page selection per (batch, head row), deterministic.
 
-`topk_pages(scores, k)`: scores (b, Hkv, P) float (-inf or NaN = not a candidate) -> (b, Hkv, k) int32
+`topk_pages(scores, k)`: scores (b, H, P) float (-inf or NaN = not a candidate) -> (b, H, k) int32
 page indices, highest score first, ties broken by the lower page index. Where fewer than k candidate
-pages exist, the tail is padded with -1.
+pages exist, the tail is padded with -1. H is Hkv for pooled scores (`page_scores`) and Hq for
+per-query-head scores (`query_page_scores`): every row is selected on its own.
 
 The Triton kernel is one program per (batch, KV head) holding the whole score row in one block and
 extracting the maximum k times (O(k * P) work, fine for k of tens and P up to `MAX_TRITON_PAGES`). Rows
@@ -54,7 +55,7 @@ def _topk_pages_kernel(
 
 def _check_args(scores: torch.Tensor, k: int) -> None:
     require(isinstance(scores, torch.Tensor) and scores.dim() == 3,
-            lambda: "scores must be a (b, Hkv, P) tensor, got "
+            lambda: "scores must be a (b, H, P) tensor, got "
             f"{getattr(scores, 'shape', type(scores).__name__)}")
     require(scores.is_floating_point(), lambda: f"scores must be a float tensor, got {scores.dtype}")
     require(isinstance(k, int) and k >= 0, lambda: f"k must be a non-negative int, got {k!r}")
@@ -115,7 +116,7 @@ def topk_pages_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def topk_pages(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k pages (b, Hkv, k) int32: Triton on CUDA (or when forced), the compiled loop on the CPU, the
+    """Top-k pages (b, H, k) int32: Triton on CUDA (or when forced), the compiled loop on the CPU, the
     torch reference elsewhere."""
     if use_triton(scores):
         return topk_pages_triton(scores, k)

@@ -26,6 +26,12 @@ Selection hooks (shapes: b batch, Hq / Hkv query / KV heads, d head dim, k pages
   the `pending` recall of each layer, `log` (StepLog);
 - `remember_query(layer, q)`: the query each attention ran with; default ignored.
 
+Per-query-head selection (a state with `selects_per_query_head` whose knobs say selection
+"per-query-head", on a GQA model): every query head takes its own top pages (`kernels.query_page_scores`,
+`topk_pages`), the KV head's slot cache (G x the selected pages) holds and recalls the union of its
+group's pages, and each query head attends only its own (see _query_head_selection.py). The step log's
+selection and misses are the union's; its attended tokens the most any query head of the group attends.
+
 Adding a page-selection method (one small policy file, e.g. quest.py):
 1. a catalogue entry (traces/catalogue/retrieval.py, kind "retrieval", `policy="freekv_runtime.policies.
    <file>:<Policy>"`) whose knobs extend `PageRetrievalKnobs` (group_pooling, page_summary, staging_pages,
@@ -49,6 +55,7 @@ import torch.nn.functional as F
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.kv_store import DenseKVStore, PagedKVStore, PageTable
 from freekv_runtime.policies._dense import attention_mass, dense_decode, token_mask
+from freekv_runtime.policies._query_head_selection import group_union
 from freekv_runtime.policies._reuse import ReusePlan, apply_plans, plan_reuse
 from freekv_runtime.policies._step_log import StepLog
 from freekv_runtime.policies.base import (
@@ -61,7 +68,7 @@ from freekv_runtime.policies.base import (
 )
 from freekv_runtime.recall import DeviceStreams, RecallEngine, RecallStats
 from freekv_runtime.timing import OpTimer
-from kernels import page_scores, sparse_decode_attention, topk_pages
+from kernels import page_scores, query_page_scores, sparse_decode_attention, topk_pages
 
 __all__ = ["PagedRetrievalPolicy", "PagedRetrievalState"]
 
@@ -72,19 +79,25 @@ class PagedRetrievalState(PolicyState):
     stores[l]: PagedKVStore (sparse layer) or DenseKVStore (dense layer).
     pending[l]: the background recall of layer l issued at step t-1; layer l's attention waits on it.
     tables[l]: the PageTable of layer l's last attention (attended pages, for tests and traces).
+    per_query_head: each query head selects and attends its own pages (module doc).
     """
+
+    selects_per_query_head: ClassVar[bool] = False  # the method's knobs may choose per-query-head selection
 
     def __init__(self, config: RuntimeConfig, shape: AttentionShape, batch_size: int, device: torch.device,
                  dtype: torch.dtype, timer: OpTimer) -> None:
         self.config, self.shape, self.b, self.timer = config, shape, batch_size, timer
         knobs = config.knobs
+        self.per_query_head = (self.selects_per_query_head and knobs.selection == "per-query-head"
+                               and shape.group_size > 1)
+        slots = config.selected_pages * (shape.group_size if self.per_query_head else 1)
         self.streams = DeviceStreams(device)
         self.recaller = RecallEngine(self.streams, shape.n_kv_heads, config.page_size, shape.head_dim, dtype,
-                                     staging_pages=knobs.staging_pages or config.selected_pages)
+                                     staging_pages=knobs.staging_pages or slots)
         self.stores: list[PagedKVStore | DenseKVStore] = [
             DenseKVStore(device, dtype) if layer in config.dense_layers else PagedKVStore(
                 batch_size, shape.n_kv_heads, shape.head_dim, config.page_size, config.sink_pages,
-                config.window_pages, config.selected_pages, device, dtype, self.streams,
+                config.window_pages, slots, device, dtype, self.streams,
                 pool_chunk_pages=knobs.pool_chunk_pages, keep_full_keys=config.measure_attention_mass,
                 page_summary=knobs.page_summary)
             for layer in range(shape.n_layers)
@@ -175,6 +188,7 @@ class PagedRetrievalState(PolicyState):
         leaving the window is kept on the device by `store.append`), so attention is dense over the
         context. No check (similarity NaN, nothing corrected: the trace's "not checked"), no selection, no
         recall; the trace's selection is the resident pages, none missed. q_t (b, Hq, d) -> (b, Hq, d)."""
+        store.query_pages = None
         out = self.attend(layer, store, q_t)
         b, hkv, n_slots = store.resident.shape
         plan = plan_reuse(store.resident, store.resident, np.zeros((b, hkv, n_slots)))
@@ -191,9 +205,19 @@ class PagedRetrievalState(PolicyState):
         lo, hi = store.candidate_range()
         b, hkv, n_slots = store.resident.shape
         if hi - lo == 0:
+            store.query_pages = None
             return np.zeros((b, hkv, 0), np.int64), np.full((b, hkv, n_slots), -np.inf)
-        scores = self.page_scores(store, q, hi)
-        top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy()
+        if self.per_query_head:
+            page_lo, page_hi = store.candidate_bounds()
+            query_scores = query_page_scores(q, store.kmin[:, :, :hi], store.kmax[:, :, :hi], page_lo,
+                                             page_hi)  # (b, Hq, hi)
+            query_top = topk_pages(query_scores, min(self.config.selected_pages, hi - lo)).cpu().numpy()
+            store.query_pages = query_top.astype(np.int64)
+            top = group_union(store.query_pages, hkv)  # (b, Hkv, G * k)
+            scores = query_scores.view(b, hkv, -1, hi).amax(dim=2)  # a page's best score in the group
+        else:
+            scores = self.page_scores(store, q, hi)
+            top = topk_pages(scores, min(n_slots, hi - lo)).cpu().numpy()
         if not scores.is_cuda:  # the scores are on the host already: look the resident ones up there
             rows = np.arange(b * hkv)[:, None]  # (b * Hkv, 1) against resident (b * Hkv, K)
             slots = np.maximum(store.resident, 0).reshape(b * hkv, n_slots)
@@ -226,16 +250,36 @@ class PagedRetrievalState(PolicyState):
         Logs the attended tokens (and the attention mass where measured)."""
         with self.timer.op("attention"):
             table = store.page_table()
+            rows, n_rows, attended = table.table, table.n_pages, table.attended_tokens
+            if store.query_pages is not None:  # per query head: each reads its own pages only
+                rows, n_rows, per_query_head = store.query_head_table(store.query_pages)
+                # logged per KV head: the most any of its query heads attends (each within the budget)
+                attended = per_query_head.reshape(self.b, store.n_kv, -1).max(axis=2)
             # the store builds the table itself: value checks would only cost host time per layer
-            out = sparse_decode_attention(q_t, store.k_slots, store.v_slots, table.table, table.n_pages,
+            out = sparse_decode_attention(q_t, store.k_slots, store.v_slots, rows, n_rows,
                                           table.last_page_tokens, validate=False)
         self.tables[layer] = table
         mass = None
         if store.full_keys is not None:
-            mask = token_mask(table.pages, store.n_tokens, store.p, q_t.device)
-            mass = attention_mass(q_t, store.full_keys, mask).cpu().numpy()
-        self.log.attended(layer, table.attended_tokens, mass)
+            mass = self._attention_mass(store, q_t, table).cpu().numpy()
+        self.log.attended(layer, attended, mass)
         return out
+
+    def _attention_mass(self, store: PagedKVStore, q_t: torch.Tensor, table: PageTable) -> torch.Tensor:
+        """(b, Hkv) dense attention probability on the attended tokens, mean over each group's query heads
+        (per query head on its own pages when it selects its own)."""
+        assert store.full_keys is not None
+        if store.query_pages is None:
+            return attention_mass(q_t, store.full_keys, token_mask(table.pages, store.n_tokens, store.p,
+                                                                   q_t.device))
+        b, hkv = store.resident.shape[:2]
+        group = q_t.shape[1] // hkv
+        sink, window = list(store.sink_page_ids()), list(store.window_page_ids())
+        pages = [[np.concatenate((sink, row[row >= 0], window)).astype(np.int64) for row in seq]
+                 for seq in store.query_pages]
+        mask = token_mask(pages, store.n_tokens, store.p, q_t.device)  # (b, Hq, n)
+        keys = store.full_keys.repeat_interleave(group, dim=1)
+        return attention_mass(q_t, keys, mask).view(b, hkv, group).mean(-1)
 
 
 class PagedRetrievalPolicy(KVPolicy):

@@ -13,7 +13,9 @@ Runtime policy (b batch, Hq / Hkv heads, G = Hq / Hkv, N tokens, d head dim, S /
 - `prepare(model)`: per sparse layer, the skew A (Hkv, d, d) and the partial columns, from a seeded
   calibration prompt run through the model (`_infinigen_skew.calibrate`).
 - Where the KV lives: dense layers (`dense_layers`, which must include layer 0: it has no previous layer
-  to speculate from) whole on the device; every sparse layer's full K/V on the host, and on the device
+  to speculate from; layer 1 too with `dense_layer_1`, the default: InfiniGen's code speculates from
+  layer 2 on, accuracy/src/modeling_llama_ours.py:703-704 and speedup/flexgen/infinigen/flex_opt.py:287)
+  whole on the device; every sparse layer's full K/V on the host, and on the device
   only the sink tokens, the recent window (a ring of W slots), the partial key cache (the skewed post-RoPE
   keys' partial columns of every token) and a prefetch buffer.
 - Speculation (decode, in `layer_inputs(l - 1, hidden)`, before layer l - 1 attends): layer l's query
@@ -21,32 +23,44 @@ Runtime policy (b batch, Hq / Hkv heads, G = Hq / Hkv, N tokens, d head dim, S /
   the partial columns, as InfiniGen's Llama path does), scored against layer l's partial key cache:
   s = q_part . k_part / sqrt(d), (b, Hkv, G, N). Per query head, the tokens with s > max(s) - alpha
   outside sink and window are counted; the count's mean over the sequence's query heads (InfiniGen
-  fetches the same number for every head), floored, capped by budget - S - W, is the number selected
-  per KV head; each KV head takes its top tokens by the group's max-pooled s (group-consistent: a KV head's
-  tokens serve its whole group). While the context fits the budget (N + 1 <= budget_tokens) every token
-  outside sink and window is selected without scoring (so a budget covering the context is dense).
+  fetches the same number for every head, modeling_llama_ours.py:225), floored, capped, is the number
+  selected per head. The cap: budget - S - W (this project's equal-budget convention), or with
+  `fetch_fraction` f, int(f x context) (InfiniGen's accuracy code: 0.2, modeling_llama_ours.py:194, 226).
+  `selection` per-query-head (default; the code's top-k per head, modeling_llama_ours.py:234, 238): each
+  query head takes its own top tokens by its own s and attends them; the KV head's prefetch is the union of
+  its group's tokens. per-kv-head: each KV head takes its top tokens by the group's max-pooled s (one set
+  serves the whole group). While the context fits the budget (N + 1 <= budget_tokens) every token outside
+  sink and window is selected without scoring (so a budget covering the context is dense).
 - Prefetch: the selected tokens' K/V are gathered on the host and copied to the device prefetch buffer on
-  the copy stream (CUDA; synchronous on the CPU); layer l's attention waits on that event and attends
+  the copy stream (CUDA; synchronous on the CPU; per query head the runtime copies each query head's rows,
+  a group's shared tokens once per head, while the trace counts the union, what fetching each token once
+  moves); layer l's attention waits on that event and attends
   sink + prefetched + window (masked softmax in fp32). Nothing is kept between steps: InfiniGen
   re-fetches every step's selection (no reuse).
 - New tokens: K/V to the host store (a blocking copy), the partial key to the device cache, into the ring.
 
-Trace (StepLog): `attended(...)` sink + window + selected tokens per (sequence, layer, KV head);
-`moved(fetched_tokens = tokens prefetched this step (all of them: none is resident beforehand),
+Trace (StepLog): `attended(...)` sink + window + selected tokens per (sequence, layer, KV head) (per query
+head: what each of its query heads attends); `moved(fetched_tokens = tokens prefetched this step (all of
+them: none is resident beforehand; per query head the union of the group's),
 evicted_tokens = the previous step's prefetched tokens, replaced in the buffer)`; similarity NaN,
 `corrected` False (the prefetch is background), `selected` / `missed` empty (token granular: no page
 mapping), prefill decisions empty. Dense layers: all tokens, nothing moved.
 
 Configuration: RuntimeConfig budget_tokens (counts sink and window; FreeKV paper baseline 2048),
-sink_tokens, window_tokens, dense_layers (must include 0; FreeKV baseline: layer 0; InfiniGen's own code
-also keeps layer 1 dense); page_size only validates the others (token granular). `config.knobs`
+sink_tokens, window_tokens, dense_layers (must include 0; FreeKV baseline: layer 0; layer 1 is dense as
+well unless dense_layer_1 is false); page_size only validates the others (token granular). `config.knobs`
 (traces.catalogue.retrieval.InfiniGenKnobs):
 - partial_ratio (float in (0, 1], default 0.2: the scripts' --partial-weight-ratio): int(d * ratio)
   columns from the queries and as many from the keys, their union;
 - alpha (float > 0, default 5.0: modeling_llama_ours.py; the speedup scripts use 4): logit margin below
   each head's maximum for a token to count;
 - calib_tokens (int >= 16, default 512; the code calibrates on 2048 tokens of pg19), calib_seed (int >=
-  0, default 0): the seeded random-token calibration prompt.
+  0, default 0): the seeded random-token calibration prompt;
+- selection ("per-query-head" default, or "per-kv-head"), dense_layer_1 (bool, default true),
+  fetch_fraction (null: the budget's cap, or a share of the context in (0, 1]).
+Differences from the accuracy code that remain: its threshold is max - alpha of the FIRST head's row for
+every head (`torch.max(...)[0][0]`, modeling_llama_ours.py:220), here each head's own maximum (as the
+speedup code, kv_selection_controller.py:53-54); its model is multi-head Llama-2 (no GQA group to pool).
 The CUDA path (copy stream, events, pinned staging) was not run on a GPU here.
 """
 
@@ -107,7 +121,8 @@ class InfiniGenPolicy(KVPolicy):
     def prepare(self, model: ModelAccess) -> None:
         check_dense_layers(self.config, model.shape)
         n_layers = model.shape.n_layers
-        sparse = [layer for layer in range(n_layers) if layer not in self.config.dense_layers]
+        dense = {*self.config.dense_layers, *((1,) if self.knobs.dense_layer_1 else ())}
+        sparse = [layer for layer in range(n_layers) if layer not in dense]
         skews = calibrate(model, sparse, self.knobs.partial_ratio, self.knobs.calib_tokens,
                           self.knobs.calib_seed)
         self._prepared = _Prepared(model, skews)
@@ -134,10 +149,21 @@ class InfiniGenPolicy(KVPolicy):
                               torch.device(device), dtype, timer)
 
 
+def _union_sizes(idx: torch.Tensor, n_sel: np.ndarray) -> np.ndarray:
+    """(b, Hkv) distinct tokens among the first n_sel[i] of every row of idx (b, Hkv, R, k) of sequence i."""
+    b, hkv = idx.shape[:2]
+    out = np.zeros((b, hkv), dtype=np.int64)
+    for i in range(b):
+        rows = idx[i, :, :, : int(n_sel[i])].reshape(hkv, -1)
+        out[i] = [len(torch.unique(r)) for r in rows]
+    return out
+
+
 class _Prefetch:
-    """One sparse layer's selection for the coming attention: idx (b, Hkv, k) token ids (host int64),
-    n_sel (b,) tokens selected per KV head of each sequence, keys/values (b, Hkv, k, d) on the device,
-    ready after `event` (CUDA; None on the CPU)."""
+    """One sparse layer's selection for the coming attention: idx (b, Hkv, R, k) token ids (host int64;
+    R = G rows per KV head when each query head selects, else 1), n_sel (b,) tokens selected per head of
+    each sequence, keys/values (b, Hkv, R, k, d) on the device, ready after `event` (CUDA; None on the
+    CPU)."""
 
     def __init__(self, idx: torch.Tensor, n_sel: np.ndarray, keys: torch.Tensor, values: torch.Tensor,
                  event: torch.cuda.Event | None) -> None:
@@ -155,6 +181,7 @@ class InfiniGenState(PolicyState):
     def __init__(self, config: RuntimeConfig, alpha: float, prepared: _Prepared, shape: AttentionShape,
                  batch_size: int, device: torch.device, dtype: torch.dtype, timer: OpTimer) -> None:
         self.config, self.alpha, self.prep, self.shape = config, alpha, prepared, shape
+        self.per_query_head = config.knobs.selection == "per-query-head" and shape.group_size > 1
         self.b, self.device, self.timer = batch_size, device, timer
         self.streams = DeviceStreams(device)
         self.dense = DenseKVCache.empty(shape, batch_size, device, dtype)
@@ -167,13 +194,22 @@ class InfiniGenState(PolicyState):
                         for layer, t in prepared.skews.items()}
         self.n_tokens = [0] * shape.n_layers
         self.pending: dict[int, _Prefetch] = {}
-        self.prev_fetched = {layer: np.zeros(batch_size, np.int64) for layer in prepared.skews}
+        self.prev_fetched = {layer: np.zeros((batch_size, shape.n_kv_heads), np.int32)
+                             for layer in prepared.skews}
         self._rope = prepared.rope_table(1)
         self._decoding = False
         self.log = StepLog(batch_size, shape.n_layers, shape.n_kv_heads, config.measure_attention_mass)
 
     def is_sparse(self, layer: int) -> bool:
         return layer in self.prep.skews
+
+    @property
+    def unbudgeted_heads(self) -> np.ndarray:
+        """(L, Hkv) bool: the heads of layers the method keeps dense beyond `dense_layers` (layer 1 with
+        `dense_layer_1`, as InfiniGen's code): they attend the whole context."""
+        extra = [layer not in self.config.dense_layers and not self.is_sparse(layer)
+                 for layer in range(self.shape.n_layers)]
+        return np.repeat(np.asarray(extra, dtype=bool)[:, None], self.shape.n_kv_heads, axis=1)
 
     # ---- storing tokens ----
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -246,21 +282,25 @@ class InfiniGenState(PolicyState):
         n = self.n_tokens[layer]
         self.streams.wait(fetch.event)
         ring = self._ring_valid(n)
-        picked = torch.arange(fetch.keys.shape[2], device=self.device)[None, :] < torch.as_tensor(
+        b, hkv, r, k, d = fetch.keys.shape
+        picked = torch.arange(k, device=self.device)[None, :] < torch.as_tensor(
             fetch.n_sel, device=self.device)[:, None]  # (b, k)
-        keep = torch.cat([ring.expand(self.b, self.shape.n_kv_heads, -1),
-                          picked[:, None].expand(-1, self.shape.n_kv_heads, -1)], dim=2)
-        with self.timer.op("attention"):
-            out, _ = masked_decode(q, torch.cat([self.ring_k[layer], fetch.keys], dim=2),
-                                   torch.cat([self.ring_v[layer], fetch.values], dim=2), keep)
+        keep = torch.cat([ring.expand(b, hkv * r, -1), picked[:, None].expand(-1, hkv * r, -1)], dim=2)
+        with self.timer.op("attention"):  # rows: the KV heads, or each query head with its own tokens
+            ring_rows = (-1, -1, r, -1, -1)
+            keys = torch.cat([self.ring_k[layer][:, :, None].expand(*ring_rows), fetch.keys], dim=3)
+            values = torch.cat([self.ring_v[layer][:, :, None].expand(*ring_rows), fetch.values], dim=3)
+            out, _ = masked_decode(q, keys.reshape(b, hkv * r, -1, d), values.reshape(b, hkv * r, -1, d),
+                                   keep)
         attended = np.broadcast_to((int(ring.sum()) + fetch.n_sel)[:, None], (self.b, self.shape.n_kv_heads))
         mass = self._mass(layer, q, fetch, n) if self.config.measure_attention_mass else None
         self.log.attended(layer, attended.astype(np.int32), mass)
         heads = (self.b, self.shape.n_kv_heads)
-        fetched = np.broadcast_to(fetch.n_sel[:, None], heads).astype(np.int32)
-        evicted = np.broadcast_to(self.prev_fetched[layer][:, None], heads).astype(np.int32)
+        fetched = (_union_sizes(fetch.idx, fetch.n_sel) if r > 1 else
+                   np.broadcast_to(fetch.n_sel[:, None], heads)).astype(np.int32)
+        evicted = np.broadcast_to(self.prev_fetched[layer], heads).astype(np.int32)
         self.log.moved(layer, fetched_tokens=fetched, evicted_tokens=evicted)
-        self.prev_fetched[layer] = fetch.n_sel
+        self.prev_fetched[layer] = fetched
         return out
 
     def end_step(self) -> StepDecisions:
@@ -284,35 +324,44 @@ class InfiniGenState(PolicyState):
         keys = self.partial[layer][:, :, : self.n_tokens[layer]]
         return q_part @ keys.transpose(-1, -2) / math.sqrt(d)
 
+    def fetch_cap(self, n_after: int) -> int:
+        """Most tokens one head fetches: budget - sink - window, or int(fetch_fraction x context)."""
+        fraction = self.config.knobs.fetch_fraction
+        if fraction is None:
+            return self.config.budget_tokens - self.config.sink_tokens - self.config.window_tokens
+        return int(n_after * fraction)
+
     def _speculate(self, layer: int, hidden: torch.Tensor, start: int) -> tuple[torch.Tensor, np.ndarray]:
-        """(idx (b, Hkv, k) int64 token ids best first, n_sel (b,)): layer's tokens to prefetch."""
+        """(idx (b, Hkv, R, k) int64 token ids best first, n_sel (b,)): layer's tokens to prefetch; R = G
+        (each query head its own) or 1 (one set per KV head)."""
         n_after = self.n_tokens[layer] + 1
         lo, hi = self.candidates(n_after)
-        hkv = self.shape.n_kv_heads
+        hkv, rows = self.shape.n_kv_heads, self.shape.group_size if self.per_query_head else 1
         if n_after <= self.config.budget_tokens:  # the context fits the budget: every candidate
-            idx = torch.arange(lo, hi, device=self.device).expand(self.b, hkv, -1)
+            idx = torch.arange(lo, hi, device=self.device).expand(self.b, hkv, rows, -1)
             return idx, np.full(self.b, hi - lo, dtype=np.int64)
         scores = self.speculative_scores(layer, hidden, start)  # (b, Hkv, G, N)
         top = scores.amax(dim=-1, keepdim=True)
         count = (scores[..., lo:hi] > top - self.alpha).sum(-1).float().mean(dim=(1, 2))  # (b,)
-        cap = self.config.budget_tokens - self.config.sink_tokens - self.config.window_tokens
+        cap = self.fetch_cap(n_after)
         n_sel = np.minimum(np.floor(count.cpu().numpy()).astype(np.int64), min(cap, hi - lo))
-        pooled = scores[..., lo:hi].amax(dim=2)  # (b, Hkv, candidates): the group's max
-        order = torch.sort(pooled, dim=-1, descending=True, stable=True).indices
+        ranked = scores[..., lo:hi] if self.per_query_head else scores[..., lo:hi].amax(dim=2, keepdim=True)
+        order = torch.sort(ranked, dim=-1, descending=True, stable=True).indices  # (b, Hkv, R, candidates)
         return order[..., : int(n_sel.max())] + lo, n_sel
 
     def _prefetch(self, layer: int, idx: torch.Tensor, n_sel: np.ndarray) -> _Prefetch:
         """Gather the selected tokens' K/V on the host and copy them to the device (copy stream on CUDA)."""
         idx_host = idx.to("cpu")
-        b, hkv, k = idx_host.shape
-        n = self.n_tokens[layer]
-        gather = idx_host[..., None].expand(b, hkv, k, self.shape.head_dim)
+        b, hkv, r, k = idx_host.shape
+        n, d = self.n_tokens[layer], self.shape.head_dim
+        gather = idx_host.reshape(b, hkv, r * k, 1).expand(b, hkv, r * k, d)
         host_k, host_v = self.host.keys[layer][:, :, :n], self.host.values[layer][:, :, :n]
         if not self.streams.is_cuda:
-            return _Prefetch(idx_host, n_sel, host_k.gather(2, gather), host_v.gather(2, gather), None)
-        staged = host_empty((2, b, hkv, k, self.shape.head_dim), host_k.dtype, self.device)  # pinned
-        torch.gather(host_k, 2, gather, out=staged[0])
-        torch.gather(host_v, 2, gather, out=staged[1])
+            return _Prefetch(idx_host, n_sel, host_k.gather(2, gather).view(b, hkv, r, k, d),
+                             host_v.gather(2, gather).view(b, hkv, r, k, d), None)
+        staged = host_empty((2, b, hkv, r, k, d), host_k.dtype, self.device)  # pinned
+        torch.gather(host_k, 2, gather, out=staged[0].view(b, hkv, r * k, d))
+        torch.gather(host_v, 2, gather, out=staged[1].view(b, hkv, r * k, d))
         ready = self.streams.record()
         with torch.cuda.stream(self.streams.copy):
             self.streams.wait(ready, self.streams.copy)
@@ -323,12 +372,16 @@ class InfiniGenState(PolicyState):
         return fetch
 
     def _mass(self, layer: int, q: torch.Tensor, fetch: _Prefetch, n: int) -> np.ndarray:
-        """Dense attention probability on the attended tokens (from the host's full keys): (b, Hkv)."""
-        mask = self._ring_valid(n).new_zeros(self.b, self.shape.n_kv_heads, n)
+        """Dense attention probability on the attended tokens (from the host's full keys), each query head
+        on the tokens it attends, mean over the group: (b, Hkv)."""
+        b, hkv, r = fetch.idx.shape[:3]
+        mask = self._ring_valid(n).new_zeros(b, hkv * r, n)
         lo, hi = self.candidates(n)
         mask[:, :, :lo] = True
         mask[:, :, hi:] = True
-        for i in range(self.b):
-            mask[i].scatter_(1, fetch.idx[i, :, : fetch.n_sel[i]].to(self.device), True)
-        keys = self.host.keys[layer][:, :, :n].to(self.device)
-        return attention_mass(q[:, :, 0], keys, mask).cpu().numpy()
+        for i in range(b):
+            picked = fetch.idx[i, :, :, : fetch.n_sel[i]].reshape(hkv * r, -1)
+            mask[i].scatter_(1, picked.to(self.device), True)
+        keys = self.host.keys[layer][:, :, :n].to(self.device).repeat_interleave(r, dim=1)
+        mass = attention_mass(q[:, :, 0], keys, mask)  # (b, Hkv * R)
+        return mass.view(b, hkv, r).mean(-1).cpu().numpy()

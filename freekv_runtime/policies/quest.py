@@ -37,8 +37,11 @@ __all__ = ["QuestPolicy", "QuestState"]
 
 
 class QuestState(SynchronousRetrievalState):
-    """Every KV head selects on its own (group pooled by `config.knobs.group_pooling`), top-k = every slot:
-    the mechanism's default `page_scores` and `step_selection`."""
+    """selection per-query-head (default, Quest's code): every query head takes its own top pages and
+    attends them, its KV head holding the group's union; per-kv-head: every KV head selects one set (the
+    group pooled by `config.knobs.group_pooling`), top-k = every slot. Both are the mechanism's."""
+
+    selects_per_query_head = True
 
 
 class QuestPolicy(PagedRetrievalPolicy):

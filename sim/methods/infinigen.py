@@ -5,10 +5,11 @@ KV Cache Management" (OSDI 2024), built on FlexGen's offloading runtime, and its
 (snu-comparch/InfiniGen, speedup/infinigen/infinigen/kv_selection_controller.py, speedup/flexgen/
 infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (docs/methods.md):
 
-- The KV cache of every layer except layer 0 lives in host memory (layer 0 is kept whole on the GPU:
-  the paper speculates from layer 1 on because layer 0's inputs carry outliers). The GPU keeps, per
-  layer, a partial key cache (`partial_ratio` of the channels of the skewed keys, every token; 0.2 is
-  the code's `--partial-weight-ratio`) and partial query weights.
+- The KV cache of every layer except layers 0 and 1 lives in host memory (kept whole on the GPU: the
+  code speculates from layer 2 on, accuracy/src/modeling_llama_ours.py:703-704, speedup/flexgen/
+  infinigen/flex_opt.py:287; knob `dense_layer_1` false keeps only layer 0, the FreeKV paper's setup).
+  The GPU keeps, per layer, a partial key cache (`partial_ratio` of the channels of the skewed keys,
+  every token; 0.2 is the code's `--partial-weight-ratio`) and partial query weights.
 - At layer i, right after the attention input is formed, InfiniGen speculates layer i+1
   (`speculate_attention`): a GEMV with layer i+1's partial query weights and a partial QK over every
   cached token, then top-k. The indices go back to the host (`.to(k_cache.device)`): the host, which
@@ -26,7 +27,9 @@ infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (doc
   what is already on the GPU. The code picks a variable count (scores above max - alpha, capped by
   `max_num_kv`); here `budget_tokens` per KV head for a like-for-like comparison at the same budget,
   unless a trace of InfiniGen's own runtime policy is replayed: then the tokens it fetched per layer
-  and step (fetch ratio x budget - sink - window, sim/demand.py), as recorded.
+  and step (fetch ratio x budget - sink - window, sim/demand.py), as recorded. With `selection`
+  per-query-head (the code's top-k per head) a KV head fetches the union of its group's tokens: the trace
+  records that union; the closed form assumes one head's count (the union's lower bound).
 - Each step the new token's K and V of every offloaded layer are written back (device->host).
 
 As published (SimConfig.implementation "as-published"; "ideal" keeps the overlapped schedule above at
@@ -122,11 +125,11 @@ class InfiniGen(DecoderMethod):
             after_qkv=(writeback, speculate), after_ffn=(gather, prefetch), attention_deps=attention_deps
         )
 
-    @staticmethod
-    def offloaded_layers(cfg: SimConfig, model: ModelSpec) -> np.ndarray:
-        """(L,) bool: layers whose KV lives in host memory (all but layer 0 and SimConfig.dense_layers)."""
+    def offloaded_layers(self, cfg: SimConfig, model: ModelSpec) -> np.ndarray:
+        """(L,) bool: layers whose KV lives in host memory (all but layer 0, layer 1 with the knob
+        `dense_layer_1` (InfiniGen's code), and SimConfig.dense_layers)."""
         out = np.ones(model.n_layers, dtype=bool)
-        out[0] = False
+        out[: 2 if self.knobs.dense_layer_1 else 1] = False
         out[[x for x in cfg.dense_layers if x < model.n_layers]] = False
         return out
 
@@ -150,11 +153,10 @@ class InfiniGen(DecoderMethod):
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
         return np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
 
-    @staticmethod
-    def _targets(ctx: CostContext) -> np.ndarray:
+    def _targets(self, ctx: CostContext) -> np.ndarray:
         """(L,) bool: layers whose work serves an offloaded next layer (nothing at the last layer)."""
         target = np.zeros(ctx.model.n_layers, dtype=bool)
-        target[:-1] = InfiniGen.offloaded_layers(ctx.cfg, ctx.model)[1:]
+        target[:-1] = self.offloaded_layers(ctx.cfg, ctx.model)[1:]
         return target
 
     def own_work(self, ctx: CostContext) -> dict[str, Work]:

@@ -9,11 +9,11 @@ arXiv 2406.10774) and its code (mit-han-lab/Quest). Assumptions (docs/methods.md
 - Every decode step and every (non-dense) layer, on the critical path: "estimate" scores every
   candidate page from its min/max (reading all summaries: cost grows with the context), top-k picks
   (budget - sink - window) / p pages, then sparse attention over sink + selected + window pages.
-- Not group-consistent by default (Quest was written for multi-head attention): every query head
-  scores pages and selects its own pages, so a GQA group of G query heads reads G sets of summaries and
-  attends G different page sets: selection and attention traffic are O(B * n_qo), not O(B * n_kv).
-  `group_consistent=True` models the variant of the FreeKV paper's accuracy setup (scores pooled over
-  the group, one page set per KV head).
+- `selection` per-query-head by default (Quest's code, evaluation/quest_attention.py:139-146 repeats K
+  to every query head; :211-215 top-k per head): every query head scores pages and selects its own
+  pages, so a GQA group of G query heads reads G sets of summaries and attends G different page sets:
+  selection and attention traffic are O(B * n_qo), not O(B * n_kv). `selection=per-kv-head` models the
+  variant of the FreeKV paper's accuracy setup (scores pooled over the group, one page set per KV head).
 - When a page fills, its min/max summary is computed by a small kernel.
 - The Quest paper keeps the first two layers dense; here dense layers come from `SimConfig.dense_layers`
   (same for every method, for a like-for-like comparison).
@@ -22,7 +22,11 @@ arXiv 2406.10774) and its code (mit-han-lab/Quest). Assumptions (docs/methods.md
   and after top-k the selected pages missing from that cache are recalled synchronously (one copy of K
   and V, p tokens of one head, per page; attention waits). Pages recalled: from Quest's own trace,
   its fetched tokens / p per layer and step (BatchDemand.fetched_tokens); without one, every selected
-  page every step (no reuse, the closed form). No public code runs it, so both modes issue its copies
+  page every step (no reuse, the closed form). Per query head, a KV head recalls and keeps the union of
+  its group's pages: the runtime's trace records that union per KV head (its selected and missed pages),
+  so a replay of Quest's own trace prices the measured union; the closed form and the device cache are
+  sized for the worst case, G disjoint sets (G x the selected pages per KV head, as the runtime's slot
+  cache). No public code runs it, so both modes issue its copies
   at the profile's `link.copy_issue_s` on `host.issue_threads` threads.
 
 As published (SimConfig.implementation "as-published"; "ideal" charges none of this). Quest's
@@ -75,7 +79,8 @@ QUEST_DECODER = ext_hf_decoder(
 
 @dataclass(frozen=True)
 class Quest(GroupOptionMethod):
-    """Quest (module docstring). group_consistent: one page set per KV head instead of per query head."""
+    """Quest (module docstring). selection per-kv-head: one page set per KV head instead of per query
+    head."""
 
     needs_demand: ClassVar[bool] = False
     own_demand_optional: ClassVar[bool] = True  # the offloaded variant recalls what its trace fetched
@@ -87,7 +92,7 @@ class Quest(GroupOptionMethod):
         "from an eager HF Llama (quest/models/QuestAttention.py, quest/models/llama.py, "
         "quest/utils/controller.py: per-step page tables built with blocking torch.tensor copies)",
         "Liu et al., FreeKV (arXiv 2505.13109), evaluation setup: Quest made group-consistent with max "
-        "pooling for accuracy (option group_consistent)",
+        "pooling for accuracy (option selection=per-kv-head)",
     )
 
     def optional_demand(self) -> bool:

@@ -15,9 +15,10 @@ Source: Li et al., "SnapKV: LLM Knows What You are Looking for Before Generation
   public code instead lets generated tokens grow the cache, llama_hijack_4_37.py 84-90: the same for a
   decode no longer than the window). The shared budgeted cache of sim/methods/dropping.py; dropping a
   generated token that left the window overwrites its slot (no cost).
-- Group-consistent (one kept set per KV head, as the runtime policy); the public code repeats K and V to
-  every query head before caching them (llama_hijack_4_37.py 76-77 "[SnapKV] move to ahead"), which is
-  `group_consistent=False` (G times the memory and attention traffic of a GQA group).
+- `selection` per-query-head by default: the public code repeats K and V to every query head before the
+  vote and caches them so (llama_hijack_4_37.py 75-77 "[SnapKV] move to ahead"): G kept sets per KV head,
+  G times the memory and attention traffic of a GQA group (priced as the code stores them, not as the
+  runtime policy's union). `selection=per-kv-head`: one kept set per KV head (kvpress's pooled rule).
 
 As published: the public code patches HF's flash-attention-2 Llama forward (llama_hijack_4_37.py
 `llama_flash_attn2_forward` 19-140): per step and layer a stock HF decoder with repeat_kv of the new

@@ -82,7 +82,8 @@ def test_trace_method_option_reaches_the_policy(tmp_path, capsys) -> None:
     assert main(["trace", *TINY, "--method", "snapkv", "--option", "observation_tokens=16", "--option",
                  "pooling=max", "--out", str(out)]) == 0
     meta = open_trace(out / "trace").meta
-    assert meta.runtime["knobs"] == {"observation_tokens": 16, "kernel_size": 5, "pooling": "max"}
+    want = {"selection": "per-query-head", "observation_tokens": 16, "kernel_size": 5, "pooling": "max"}
+    assert meta.runtime["knobs"] == want
     assert meta.method_knobs == meta.runtime["knobs"] and meta.method == "snapkv"
 
 

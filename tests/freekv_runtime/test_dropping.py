@@ -108,7 +108,8 @@ def test_h2o_accumulates_decode_attention_and_stays_within_budget() -> None:
 def test_snapkv_keeps_the_observation_windows_top_pooled_votes(pooling: str) -> None:
     obs, kernel = 8, 5
     config = config_for("snapkv", budget_tokens=48, sink_tokens=8, window_tokens=16,
-                        knobs={"observation_tokens": obs, "kernel_size": kernel, "pooling": pooling})
+                        knobs={"observation_tokens": obs, "kernel_size": kernel, "pooling": pooling,
+                               "selection": "per-kv-head"})  # per query head: test_snapkv_selection.py
     episode = make_episode(SHAPE, PROMPT, 1, seed=14)
     run = run_policy(config, [episode])
     q, k, _ = episode.prompt[SPARSE]
@@ -133,7 +134,7 @@ def test_snapkv_keeps_the_observation_windows_top_pooled_votes(pooling: str) -> 
 def test_snapkv_decisions_are_fixed_after_prefill() -> None:
     """Generated tokens leave with the window; the prompt tokens kept at step 0 are kept at every step."""
     config = config_for("snapkv", budget_tokens=48, sink_tokens=8, window_tokens=16,
-                        knobs={"observation_tokens": 8})
+                        knobs={"observation_tokens": 8, "selection": "per-kv-head"})
     episode = make_episode(SHAPE, PROMPT, 20, seed=15)
     run = run_policy(config, [episode])
     kept = _kept(run)

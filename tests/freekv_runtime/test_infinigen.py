@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_policy_conformance import SHAPE, config_for, make_episode, run_policy, tiny_model
+from test_policy_conformance import SHAPE, config_for, dense_reference, make_episode, run_policy, tiny_model
 
 from freekv_runtime.config import RuntimeConfigError
 from freekv_runtime.model import apply_rope
@@ -94,15 +94,17 @@ def test_speculation_picks_the_top_tokens_on_a_crafted_case() -> None:
     assert fetch.n_sel.tolist() == [5]
     true_top = (q[:, None] @ keys.transpose(1, 2))[:, 0].topk(5).indices  # (Hkv, 5)
     for h in range(2):
-        assert fetch.idx[0, h].tolist() == targets.tolist()
-        assert fetch.idx[0, h].tolist() == true_top[h].tolist()
+        assert fetch.idx[0, h, 0].tolist() == targets.tolist()
+        assert fetch.idx[0, h, 0].tolist() == true_top[h].tolist()
 
 
 def test_movement_fields_on_a_hand_checkable_case() -> None:
     """Sink 8, window 16, budget 64, prompt 40: while the context fits the budget every token outside
     sink and window is prefetched each step (41 -> 17 fetched, 42 -> 18), the previous step's 17 are
-    given up; beyond the budget, sink + window + selected <= 64. Layer 0 is dense and moves nothing."""
-    config = config_for("infinigen", knobs={"calib_tokens": 64})
+    given up; beyond the budget, sink + window + selected <= 64. Layer 0 is dense and moves nothing. (One
+    set per KV head, layer 1 speculated: the per-query-head union is checked below.)"""
+    config = config_for("infinigen", knobs={"calib_tokens": 64, "selection": "per-kv-head",
+                                            "dense_layer_1": False})
     run = run_policy(config, [make_episode(SHAPE, 40, 30, seed=4)])
     for t, dec in enumerate(run.steps):
         n = 41 + t
@@ -127,7 +129,9 @@ def test_alpha_moves_the_selection() -> None:
     episode = make_episode(SHAPE, 300, 4, seed=5)
     fetched = {}
     for alpha in (0.05, 0.2, 50.0):
-        config = config_for("infinigen", budget_tokens=200, knobs={"alpha": alpha, "calib_tokens": 64})
+        config = config_for("infinigen", budget_tokens=200, knobs={"alpha": alpha, "calib_tokens": 64,
+                                                                   "selection": "per-kv-head",
+                                                                   "dense_layer_1": False})
         run = run_policy(config, [episode])
         fetched[alpha] = sum(int(dec.fetched_tokens[:, 1:].sum()) for dec in run.steps)
     assert fetched[0.05] < fetched[0.2] < fetched[50.0] == 4 * 2 * 2 * (200 - 24), fetched
@@ -144,3 +148,49 @@ def test_bad_knobs_name_the_key(extra: dict, key: str) -> None:
 def test_layer_zero_must_be_dense() -> None:
     with pytest.raises(RuntimeConfigError, match="dense_layers must include layer 0"):
         make_policy(config_for("infinigen", dense_layers=(1,)))
+
+
+@pytest.mark.parametrize("fetch_fraction", [None, 0.2])
+def test_each_query_head_fetches_and_attends_its_own_speculated_tokens(fetch_fraction) -> None:
+    """InfiniGen's rule per query head (modeling_llama_ours.py:218-238), written out: the speculated scores
+    s_j of query head j; the count of candidates with s_j > max(s_j) - alpha, averaged over the heads and
+    floored, capped (budget - sink - window, or int(0.2 x context) as the code); query head j's tokens are
+    its own top-n by s_j; it attends sink + window + those. The KV head fetches the group's union. Layer 1
+    is dense (the code speculates from layer 2 on)."""
+    policy = _prepared(SHAPE, alpha=1.0, fetch_fraction=fetch_fraction)
+    assert policy.knobs.selection == "per-query-head" and 1 not in policy._prepared.skews
+    episode = make_episode(SHAPE, 120, 1, seed=6)
+    state = policy.new_state(SHAPE, 1, CPU, torch.float32, OpTimer(CPU))
+    for layer in range(SHAPE.n_layers):
+        state.prefill(layer, *(t[None] for t in episode.prompt[layer]))
+    state.end_prefill()
+    hidden = episode.step_hidden[0, 1][None]
+    with torch.no_grad():
+        s = state.speculative_scores(2, hidden, 120)[0]  # (Hkv, G, N) before the new token
+        state.layer_inputs(1, hidden, torch.zeros(1, SHAPE.n_kv_heads, 1, SHAPE.head_dim), 120)
+    n_after, lo, hi = 121, 8, 121 - 16
+    s = s.reshape(SHAPE.n_qo_heads, -1)[:, lo:hi]
+    count = (s > s.amax(-1, keepdim=True) - 1.0).sum(-1).float().mean()
+    cap = 64 - 8 - 16 if fetch_fraction is None else int(0.2 * n_after)
+    n = min(int(count), cap, hi - lo)
+    want = [torch.sort(row, descending=True, stable=True).indices[:n] + lo for row in s]  # per query head
+    fetch = state.pending[2]
+    assert fetch.n_sel.tolist() == [n] and n > 0
+    g = SHAPE.group_size
+    for j in range(SHAPE.n_qo_heads):
+        assert fetch.idx[0, j // g, j % g, :n].tolist() == want[j].tolist()
+    q, k, v = (t[None] for t in episode.steps[0][2])
+    out = state.decode(2, q, k, v)[0, :, 0]
+    dec = state.end_step()
+    keys = torch.cat([episode.prompt[2][1], k[0]], dim=1)
+    values = torch.cat([episode.prompt[2][2], v[0]], dim=1)
+    for j in range(SHAPE.n_qo_heads):
+        tokens = torch.cat([torch.arange(lo), want[j], torch.arange(hi, n_after)])
+        kv = keys[j // g][None, None, tokens], values[j // g][None, None, tokens]
+        ref = dense_reference(q[:, j:j + 1], *kv, causal=False)[0, 0, 0]
+        torch.testing.assert_close(out[j].double(), ref, atol=1e-5, rtol=1e-5)
+    for h in range(SHAPE.n_kv_heads):
+        union = torch.unique(torch.cat(want[h * g:(h + 1) * g]))
+        assert dec.fetched_tokens[0, 2, h] == len(union) >= n
+        assert dec.attended_tokens[0, 2, h] == lo + n + (n_after - hi)
+    assert not state.is_sparse(1)  # layer 1 dense

@@ -63,7 +63,7 @@ def test_infinigen_publishes_its_calibration() -> None:
     json.dumps(probe, allow_nan=False)
     cols = int(SHAPE.head_dim * 0.25)  # the query's and the key's top columns, their union
     assert {k: probe[k] for k in ("calibration_tokens", "partial_ratio", "skewed_layers", "head_dim")} == {
-        "calibration_tokens": 64, "partial_ratio": 0.25, "skewed_layers": SHAPE.n_layers - 1,
+        "calibration_tokens": 64, "partial_ratio": 0.25, "skewed_layers": SHAPE.n_layers - 2,  # 0, 1 dense
         "head_dim": SHAPE.head_dim}
     assert cols <= probe["partial_columns_mean"] <= 2 * cols
 

@@ -2,8 +2,10 @@
 
 The conformance suite covers budget, determinism, batching and "a budget covering the context equals
 dense". Here: every step's selection is the top pages of an independent float64 computation of Quest's
-bound under the CURRENT query (group pooled by max), attention is exactly over sink + selected + window,
-and the movement fields are the misses and the replaced pages, step by step. The helpers are shared with
+bound under the CURRENT query, per query head (Quest's code; each query head attends exactly sink + its
+own pages + window, its KV head holds and recalls the group's union) or group pooled by max (selection
+per-kv-head: attention over sink + selected + window), and the movement fields are the misses and the
+replaced pages, step by step. The helpers are shared with
 test_arkvale.py.
 """
 
@@ -34,6 +36,7 @@ class Step:
     q: torch.Tensor  # (Hq, d) layer SPARSE's query
     keys: torch.Tensor  # (Hkv, N, d) every key of layer SPARSE so far
     values: torch.Tensor
+    query_pages: np.ndarray | None  # (Hq, k) each query head's own pages (per-query-head selection)
 
 
 def drive(config: RuntimeConfig, seed: int = 3) -> list[Step]:
@@ -52,7 +55,9 @@ def drive(config: RuntimeConfig, seed: int = 3) -> list[Step]:
         q, k, v = layers[SPARSE]
         keys, values = torch.cat([keys, k], dim=1), torch.cat([values, v], dim=1)
         after = state.stores[SPARSE].resident[0].copy()
-        steps.append(Step(state.end_step(), before, after, outs[SPARSE][0, :, 0], q[:, 0], keys, values))
+        own = state.stores[SPARSE].query_pages
+        steps.append(Step(state.end_step(), before, after, outs[SPARSE][0, :, 0], q[:, 0], keys, values,
+                          None if own is None else own[0].copy()))
     return steps
 
 
@@ -91,17 +96,22 @@ def top_pages(scores: np.ndarray, k: int) -> list[np.ndarray]:
     return [np.sort(np.argsort(-row, kind="stable")[:k]) for row in scores]
 
 
-def attended_reference(step: Step, config: RuntimeConfig, pages: list[np.ndarray]) -> torch.Tensor:
-    """float64 attention of the step's query over sink + `pages`[h] + window pages: (Hq, d)."""
+def attended_reference(step: Step, config: RuntimeConfig, pages: list[np.ndarray], query_heads: bool = False,
+                       kv_head: int = 0) -> torch.Tensor:
+    """float64 attention of the step's query over sink + `pages`[h] + window pages: (Hq, d). With
+    query_heads, pages[g] are the own pages of query head g of KV head `kv_head`: (G, d)."""
     p, n = config.page_size, step.keys.shape[1]
     cur = (n - 1) // p
     out = []
-    for h in range(SHAPE.n_kv_heads):
-        ids = np.concatenate([np.arange(config.sink_pages), pages[h],
+    rows = [(kv_head, [g]) for g in range(len(pages))] if query_heads else \
+        [(h, list(range(SHAPE.group_size))) for h in range(SHAPE.n_kv_heads)]
+    for i, (h, members) in enumerate(rows):
+        ids = np.concatenate([np.arange(config.sink_pages), pages[i],
                               np.arange(max(config.sink_pages, cur - config.window_pages + 1), cur + 1)])
         tokens = torch.as_tensor((ids[:, None] * p + np.arange(p)).ravel())
         tokens = tokens[tokens < n]
-        qh = step.q[h * SHAPE.group_size: (h + 1) * SHAPE.group_size][None, :, None]
+        heads = [h * SHAPE.group_size + m for m in members]
+        qh = step.q[heads][None, :, None]
         out.append(dense_reference(qh, step.keys[h][None, None, tokens], step.values[h][None, None, tokens],
                                    causal=False)[0, :, 0])
     return torch.cat(out)
@@ -125,8 +135,67 @@ def check_movement(steps: list[Step], config: RuntimeConfig) -> None:
         assert dec.fetched_tokens[0, 0].sum() == 0 and dec.evicted_tokens[0, 0].sum() == 0  # dense layer
 
 
-def test_quest_selects_the_top_pages_of_the_current_query_and_attends_only_them() -> None:
+def query_head_scores(step: Step, config: RuntimeConfig) -> np.ndarray:
+    """(Hq, n_full) float64: Quest's rule per query head (mit-han-lab/Quest evaluation/quest_attention.py
+    :139-184): the bound sum_i max(q_i max_i, q_i min_i) of query head j against KV head j // G's pages,
+    -inf outside the candidates; no pooling."""
+    p = config.page_size
+    lo, hi = page_bounds(step.keys, p, "minmax")
+    q = step.q.double().numpy()  # (Hq, d)
+    heads = np.arange(SHAPE.n_qo_heads) // SHAPE.group_size
+    bound = np.maximum(q[:, None] * hi[heads], q[:, None] * lo[heads]).sum(axis=-1)  # (Hq, n_full)
+    cur = (step.keys.shape[1] - 1) // p
+    candidate = np.zeros(bound.shape[1], dtype=bool)
+    candidate[config.sink_pages: cur - config.window_pages + 1] = True
+    return np.where(candidate, bound, -np.inf)
+
+
+def test_quest_selects_per_query_head_and_each_head_attends_only_its_own_pages() -> None:
     config = config_for("quest")
+    assert config.knobs.selection == "per-query-head"  # Quest's code
+    steps = drive(config)
+    p, g = config.page_size, SHAPE.group_size
+    moved = 0
+    for step in steps:
+        want = top_pages(query_head_scores(step, config), config.selected_pages)  # per query head
+        assert step.query_pages is not None
+        for j in range(SHAPE.n_qo_heads):
+            np.testing.assert_array_equal(np.sort(step.query_pages[j]), want[j])
+        for h in range(SHAPE.n_kv_heads):
+            union = np.unique(np.concatenate(want[h * g:(h + 1) * g]))
+            np.testing.assert_array_equal(step.decisions.selected[0][SPARSE][h], union)
+            assert set(union) <= set(step.resident_after[h])
+        out = torch.cat([attended_reference(step, config, [want[j] for j in range(h * g, (h + 1) * g)],
+                                            query_heads=True, kv_head=h) for h in range(SHAPE.n_kv_heads)])
+        torch.testing.assert_close(step.out.double(), out, atol=1e-5, rtol=1e-5)
+        moved += int(step.decisions.fetched_tokens[0, SPARSE].sum())
+        # misses: the union's pages not resident before the step, except the page that just left the
+        # window (the store keeps it in an empty slot of the G x k slot cache, kv_store.py)
+        left = (step.keys.shape[1] - 1) // p - config.window_pages
+        for h in range(SHAPE.n_kv_heads):
+            selected, missed = step.decisions.selected[0][SPARSE][h], step.decisions.missed[0][SPARSE][h]
+            expect = np.setdiff1d(selected, step.resident_before[h])
+            np.testing.assert_array_equal(missed, expect[expect != left])
+            assert step.decisions.fetched_tokens[0, SPARSE, h] == len(missed) * p
+    assert moved > 0
+
+
+def test_quest_per_query_head_keeps_what_pooling_drops() -> None:
+    """The two selections differ on this episode: pooling keeps one set for the group, so some query
+    head loses a page of its own top-k (the audit's 74-86% overlap on real models)."""
+    own = drive(config_for("quest"))
+    pooled = drive(config_for("quest", knobs={"selection": "per-kv-head"}))
+    g = SHAPE.group_size
+    lost = 0
+    for a, b in zip(own, pooled, strict=True):
+        assert a.query_pages is not None and b.query_pages is None
+        for j in range(SHAPE.n_qo_heads):
+            lost += len(np.setdiff1d(a.query_pages[j], b.decisions.selected[0][SPARSE][j // g]))
+    assert lost > 0
+
+
+def test_quest_selects_the_top_pages_of_the_current_query_and_attends_only_them() -> None:
+    config = config_for("quest", knobs={"selection": "per-kv-head"})
     assert (config.knobs.group_pooling, config.knobs.page_summary) == ("max", "minmax")  # Quest's own
     steps = drive(config)
     moved = 0
@@ -142,8 +211,9 @@ def test_quest_selects_the_top_pages_of_the_current_query_and_attends_only_them(
 
 
 def test_quest_knobs_move_the_selection() -> None:
-    base = drive(config_for("quest"))
-    per_head_mean = drive(config_for("quest", knobs={"group_pooling": "mean", "page_summary": "box"}))
+    base = drive(config_for("quest", knobs={"selection": "per-kv-head"}))
+    per_head_mean = drive(config_for("quest", knobs={"selection": "per-kv-head", "group_pooling": "mean",
+                                                     "page_summary": "box"}))
     assert any(not np.array_equal(a.decisions.selected[0][SPARSE][h], b.decisions.selected[0][SPARSE][h])
                for a, b in zip(base, per_head_mean, strict=True) for h in range(SHAPE.n_kv_heads))
 
@@ -170,7 +240,8 @@ def test_selection_defaults_are_per_method_and_settable() -> None:
 
 
 @pytest.mark.parametrize(("method", "extra", "message"), [
-    ("quest", {"top_pages": 2}, r"'top_pages' is not a knob of quest; valid knobs: group_pooling"),
+    ("quest", {"top_pages": 2}, r"'top_pages' is not a knob of quest; valid knobs: selection, group_pooling"),
+    ("quest", {"selection": "per-head"}, "quest knob selection must be one of per-query-head, per-kv-head"),
     ("quest", {"staging_pages": -1}, "quest knob staging_pages must be an integer >= 0, got -1"),
     ("quest", {"offload": True}, "offload is a simulator knob .* of quest, not read by the runtime"),
     ("arkvale", {"top_pages": 6}, r"arkvale knob top_pages must be an integer in 1..5"),

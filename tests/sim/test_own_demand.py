@@ -159,7 +159,7 @@ def test_quest_offloaded_recalls_what_its_own_trace_fetched(tmp_path: Path) -> N
         return {"fetched_tokens": np.full(rec.corrected.shape, 64, np.int32)}  # 2 pages per head
 
     own = demand_from_trace(_MovedReader(path, "quest", moved))
-    cfg = _cfg("quest", batch_size=1, method_options={"offload": True, "group_consistent": True})
+    cfg = _cfg("quest", batch_size=1, method_options={"offload": True, "selection": "per-kv-head"})
     m = get_model(MODEL)
     traced = prepare(cfg, own).work["recall"].n_copies
     closed = prepare(cfg, None).work["recall"].n_copies

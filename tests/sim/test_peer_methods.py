@@ -164,7 +164,7 @@ def test_quest_keeps_full_kv_on_gpu_and_pays_per_query_head_traffic() -> None:
     dense = _run("dense", None).to_dict()["memory"]
     quest = _run("quest", None).to_dict()
     assert quest["memory"]["kv_gpu_bytes"] > dense["kv_gpu_bytes"]  # full KV plus min/max summaries
-    grouped = _run("quest", None, method_options={"group_consistent": True}).to_dict()
+    grouped = _run("quest", None, method_options={"selection": "per-kv-head"}).to_dict()
     # GQA (G = 4 for Llama-3.1-8B): per-query-head page sets read ~G times the KV of one set per KV head
     ratio = quest["breakdown_s"]["attention"] / grouped["breakdown_s"]["attention"]
     assert 2.0 < ratio <= 4.0

@@ -3,7 +3,8 @@
 StreamingLLM (sink + recent), H2O (accumulated attention), SnapKV (prompt votes at prefill), RaaS
 (page timestamps) and RazorAttention (retrieval heads keep everything, the others sink + window + one
 compensation token). Their simulator models share `group_consistent`: one kept set per KV head (the
-runtime policies' choice) or one per query head.
+runtime policies' choice) or one per query head; SnapKV's `selection` (runtime and simulator) makes that
+choice for both sides.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traces.catalogue.entry import MethodEntry
-from traces.catalogue.knobs import MethodKnobs, knob
+from traces.catalogue.knobs import MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
            "TOVAKnobs", "RazorAttentionKnobs"]
@@ -36,7 +37,11 @@ class H2OKnobs(DroppingKnobs):
 
 
 @dataclass(frozen=True)
-class SnapKVKnobs(DroppingKnobs):
+class SnapKVKnobs(SelectionKnobs):
+    """selection per-query-head: SnapKV's code (K/V repeated to every query head before the vote,
+    llama_hijack_4_37.py:75-77; votes and top-k per query head, snapkv_utils.py:45-62); per-kv-head:
+    the group's votes pooled (NVIDIA/kvpress snapkv_press.py:99-100 averages them)."""
+
     observation_tokens: int = knob(64, "prompt queries that vote (SnapKV's window_size)", side="both", low=1)
     kernel_size: int = knob(5, "tokens pooled around each vote (SnapKV's kernel_size)", low=1, odd=True)
     pooling: str = knob("avg", "pooling of the votes along the tokens", choices=("avg", "max"))

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["KnobError", "KnobSpec", "MethodKnobs", "knob", "Side", "SIDES", "SIDE_WORDS"]
+__all__ = ["KnobError", "KnobSpec", "MethodKnobs", "SelectionKnobs", "SELECTIONS", "knob", "Side", "SIDES",
+           "SIDE_WORDS"]
 
 Side = Literal["runtime", "simulator", "both"]
 SIDES: tuple[str, ...] = ("runtime", "simulator", "both")
@@ -167,3 +168,24 @@ class MethodKnobs:
         """Why these knobs do not go with the retrieval knobs `retrieval` (traces.retrieval_knobs), or
         None. Default: they always do."""
         return None
+
+
+SELECTIONS = ("per-query-head", "per-kv-head")
+
+
+@dataclass(frozen=True)
+class SelectionKnobs(MethodKnobs):
+    """Knobs of a method whose code selects per query head (Quest, InfiniGen, SnapKV): `selection` says
+    whether each query head keeps its own set (a KV head then holds the union of its group's sets) or the
+    GQA group is pooled into one set per KV head. `group_consistent` (read by the simulator's models) is
+    the same choice as a bool."""
+
+    selection: str = knob(
+        "per-query-head", "which heads select: per-query-head (each query head its own set, attended by it "
+        "alone; a KV head holds the union of its group's sets) or per-kv-head (the GQA group pooled into one "
+        "set per KV head)", side="both", choices=SELECTIONS)
+
+    @property
+    def group_consistent(self) -> bool:
+        """One set per KV head (selection per-kv-head)."""
+        return self.selection == "per-kv-head"

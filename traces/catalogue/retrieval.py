@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traces.catalogue.entry import MethodEntry
-from traces.catalogue.knobs import KnobError, MethodKnobs, knob
+from traces.catalogue.knobs import SELECTIONS, KnobError, MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "GROUP_POOLINGS", "PAGE_SUMMARIES", "PageRetrievalKnobs", "FreeKVKnobs", "QuestKnobs",
            "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs"]
@@ -48,13 +48,16 @@ class FreeKVKnobs(PageRetrievalKnobs):
 
 
 @dataclass(frozen=True)
-class QuestKnobs(PageRetrievalKnobs):
-    group_pooling: str = knob("max", _POOLING_DOC + "; Quest's own harness selects per query head",
+class QuestKnobs(PageRetrievalKnobs, SelectionKnobs):
+    group_pooling: str = knob("max", _POOLING_DOC + "; only with selection per-kv-head",
                               choices=GROUP_POOLINGS)
     staging_pages: int = knob(0, "head-pages per recall staging buffer (two buffers per recall stream); "
                               "0: one head's selected pages", low=0)
-    group_consistent: bool = knob(False, "one page set per KV head (the FreeKV paper's Quest "
-                                  "baseline) instead of per query head (Quest's code)", side="simulator")
+    selection: str = knob(
+        "per-query-head", "per-query-head: every query head scores the pages and takes its own top-k "
+        "(Quest's code, evaluation/quest_attention.py:139-146, 211-215); per-kv-head: the group's scores "
+        "pooled by group_pooling into one set per KV head (the FreeKV paper's Quest baseline)", side="both",
+        choices=SELECTIONS)
     offload: bool = knob(False, "the KV of sparse layers on the host, selected pages recalled "
                          "(not in Quest's code, which keeps all KV on the GPU)", side="simulator")
 
@@ -122,7 +125,7 @@ class ShadowKVKnobs(MethodKnobs):
 
 
 @dataclass(frozen=True)
-class InfiniGenKnobs(MethodKnobs):
+class InfiniGenKnobs(SelectionKnobs):
     partial_ratio: float = knob(0.2, "share of a head's skewed query/key columns used for speculation",
                                 side="both", low=0.0, high=1.0, low_open=True)
     alpha: float = knob(5.0, "logit margin below the maximum that selects a token", low=0.0, low_open=True)
@@ -137,6 +140,14 @@ class InfiniGenKnobs(MethodKnobs):
                                       low_open=True)
     run_bytes: int = knob(0, "bytes per contiguous run of a DMA gather (0: one token's K or V "
                           "of one head)", side="simulator", low=0)
+    dense_layer_1: bool = knob(True, "layer 1 attends densely as in InfiniGen's code (speculation starts at "
+                               "layer 2: accuracy/src/modeling_llama_ours.py:703-704, speedup/flexgen/"
+                               "infinigen/flex_opt.py:287); false: layer 1 speculated from layer 0's input",
+                               side="both")
+    fetch_fraction: float | None = knob(
+        None, "cap on the tokens fetched per head as a share of the context (InfiniGen's accuracy code: "
+        "int(0.2 x context), modeling_llama_ours.py:194, 226); null: budget - sink - window (this "
+        "project's equal-budget convention)", kind=float, low=0.0, high=1.0, low_open=True)
 
 
 _FREEKV = "Liu et al., FreeKV (ICLR 2026, arXiv 2505.13109); rooikeee/FreeKV"
