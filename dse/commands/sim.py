@@ -17,7 +17,14 @@ from typing import Any
 
 import click
 
-from dse.commands.replay_options import FLAGS, replay_knob_options, transplant_option, what_if_options
+from dse.commands.model_options import model_options
+from dse.commands.replay_options import (
+    FLAGS,
+    gpu_memory_option,
+    replay_knob_options,
+    transplant_option,
+    what_if_options,
+)
 from dse.commands.sim_calibrate import calibrate_command
 
 __all__ = ["command"]
@@ -56,9 +63,11 @@ command.add_command(calibrate_command)
     "rates with their provenance)",
 )
 @click.option(
-    "--model", required=True,
-    help="target model (registry name); a trace of another model is mapped onto its layers and heads"
+    "--model", default=None,
+    help="target model (registry name, or a model file's: --model-file); a trace of another model is mapped "
+    "onto its layers and heads"
 )
+@model_options
 @click.option("--hardware", required=True, help="hardware profile name or YAML file (dse hardware list)")
 @click.option(
     "--implementation",
@@ -80,6 +89,7 @@ command.add_command(calibrate_command)
 @replay_knob_options
 @click.option("--tau", type=float, help="recompute corrections from recorded similarities [the trace's]")
 @what_if_options
+@gpu_memory_option
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--engine", type=click.Choice(["aggregated", "simpy"]), default="aggregated", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print every output as JSON")
@@ -100,12 +110,14 @@ command.add_command(calibrate_command)
 )
 @click.option("--trial", default=None, help="with --study: a trial number, 'dense' or 'untuned'")
 @transplant_option
-def run_command(trace: Path | None, synthetic: str | None, model: str, hardware: str,
+def run_command(trace: Path | None, synthetic: str | None, model: str | None, model_file: Path | None,
+                max_positions: int | None, rope_scaling: str | None, hardware: str,
                 implementation: str | None, method: str | None, batch_text: str, input_tokens: int,
                 output_tokens: int, page_size: int | None, budget_tokens: int | None, sink_tokens: int | None,
                 window_tokens: int | None, dense_layers: str | None, tau: float | None,
-                overrides: tuple[str, ...], options: tuple[str, ...], software: str | None, seed: int,
-                engine: str, as_json: bool, csv_path: Path | None, timeline_html: Path | None,
+                overrides: tuple[str, ...], options: tuple[str, ...], software: str | None,
+                gpu_memory_utilization: float, seed: int, engine: str, as_json: bool, csv_path: Path | None,
+                timeline_html: Path | None,
                 chrome_trace: Path | None, timeline_steps: str, study_source: str | None, trial: str | None,
                 transplant_method: bool) -> None:
     """Simulate METHOD on HARDWARE for MODEL, from TRACE, --study S --trial N, or --synthetic SPEC.
@@ -114,9 +126,11 @@ def run_command(trace: Path | None, synthetic: str | None, model: str, hardware:
     (each override is reported with the trace's value). --study S --trial N replays the trace a stored
     study run recorded (N: a trial number, 'dense' or 'untuned'). Each method replays traces of its own
     runtime policy only; --transplant-method prices another policy's trace with it (labelled)."""
+    from dse.commands.model_options import choose_model
     from dse.commands.replay_options import knobs_given, what_ifs
     from sim.replay import Question, answer
 
+    model = choose_model(model, model_file, max_positions, rope_scaling)
     batches = _batches(batch_text)
     _check_outputs(batches, timeline_html, chrome_trace, csv_path)
     mode = implementation or ("both" if method == "all" else "as-published")
@@ -127,6 +141,7 @@ def run_command(trace: Path | None, synthetic: str | None, model: str, hardware:
         knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers, tau),
         implementations=("as-published", "ideal") if mode == "both" else (mode,), software=software,
         transplant_method=transplant_method, seed=seed, names=FLAGS, **what_ifs(overrides, options),
+        gpu_memory_utilization=gpu_memory_utilization,
     )
     ans = answer(question)
     steps = _timeline_steps(timeline_steps, output_tokens)
