@@ -17,7 +17,7 @@ shadows a shipped entry of the same name) or given by path (`--model-file PATH`)
     rope_theta: 500000                # optional [10000]
     rope_scaling: yarn:4              # optional: none, yarn:F, linear:F, or a mapping as in config.json
     bytes_per_param: 2                # optional: weight bytes per parameter [the simulation's dtype_bytes]
-    architecture: llama               # optional: llama, qwen2 (runtime loaders) or glm (simulator only)
+    architecture: llama               # optional: llama, qwen2 (runtime loaders), glm or opt (simulator only)
     hf_id: org/my-model-8b            # optional: weights the runtime looks for
     tied_embeddings: false            # optional
     qkv_bias: false                   # optional
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 MODELS_ENV = "FREEKV_DSE_MODELS"
-ARCHITECTURES = ("llama", "qwen2", "glm")
+ARCHITECTURES = ("llama", "qwen2", "glm", "opt")
 ROPE_TYPES = ("yarn", "linear", "dynamic", "llama3", "longrope")
 _FLAG_ROPE_TYPES = ("yarn", "linear")  # the forms `type:factor` takes; others need a mapping in a model file
 

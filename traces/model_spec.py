@@ -23,7 +23,7 @@ class ModelSpec:
 
     name: str
     hf_id: str
-    architecture: str  # "llama" or "qwen2" (runtime loaders); "glm": simulator shape only
+    architecture: str  # "llama" or "qwen2" (runtime loaders); "glm", "opt": simulator shape only
     n_layers: int
     hidden_size: int
     n_qo_heads: int

@@ -102,6 +102,29 @@ MODELS: dict[str, ModelSpec] = {
             max_position_tokens=131072, tied_embeddings=False, qkv_bias=True,
         ),
         _spec(
+            name="mistral-7b", hf_id="mistralai/Mistral-7B-Instruct-v0.2", architecture="llama",
+            n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=8, head_dim=128, ffn_size=14336,
+            vocab_size=32000, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
+            qkv_bias=False,
+            source="config.json of mistralai/Mistral-7B-Instruct-v0.2 (MistralForCausalLM, the Llama "
+            "layout; recalled, not re-read offline): num_hidden_layers 32, hidden_size 4096, "
+            "num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, vocab_size 32000, "
+            "max_position_embeddings 32768, rope_theta 1e6, sliding_window null (Sarathi-Serve's "
+            "Mistral-7B: microsoft/sarathi-serve osdi-experiments/figure-5-6/mistral7b_strict.yml)",
+        ),
+        _spec(
+            name="opt-13b", hf_id="facebook/opt-13b", architecture="opt",
+            n_layers=40, hidden_size=5120, n_qo_heads=40, n_kv_heads=40, head_dim=128, ffn_size=13653,
+            vocab_size=50272, rope_theta=10000.0, max_position_tokens=2048, tied_embeddings=True,
+            qkv_bias=True,
+            source="config.json of facebook/opt-13b (recalled, not re-read offline): num_hidden_layers 40, "
+            "hidden_size 5120, num_attention_heads 40 (multi-head attention), ffn_dim 20480 with a "
+            "two-matrix ReLU FFN, vocab_size 50272, max_position_embeddings 2048 (learned positions: "
+            "rope_theta unused), tied embeddings. ffn_size 13653 = 2/3 x 20480: the SwiGLU width whose "
+            "three matrices hold the same weights and FLOPs as OPT's two. Simulator shape only "
+            "(DistServe's 13B model)",
+        ),
+        _spec(
             name="llama-2-7b", hf_id="meta-llama/Llama-2-7b-hf", architecture="llama",
             n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=32, head_dim=128, ffn_size=11008,
             vocab_size=32000, rope_theta=10000.0, max_position_tokens=4096, tied_embeddings=False,
