@@ -151,6 +151,8 @@ class SimResult:
             "fits": mem.fits,
             "max_batch": mem.max_batch,
             "gpu_capacity_bytes": mem.gpu_capacity_bytes,
+            "gpu_total_bytes": mem.gpu_total_bytes,
+            "gpu_memory_utilization": mem.gpu_memory_utilization,
             "host_capacity_bytes": mem.host_capacity_bytes,
             "weights_bytes": mem.weights_bytes,
             "kv_gpu_bytes": mem.kv_gpu_bytes,

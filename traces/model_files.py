@@ -175,7 +175,7 @@ def spec_from_file_data(data: Any, where: str) -> ModelSpec:
         raise ModelFileError(f"{where}: rope_scaling must be none, TYPE:FACTOR or a mapping, got {scaling!r}")
     return ModelSpec(
         name=name, hf_id=_text(data, "hf_id", where) or f"user-model:{name}", architecture=architecture,
-        rope_theta=float(theta), source=f"{_text(data, 'source', where)} (user model file {where})",
+        rope_theta=float(theta), source=f"{_text(data, 'source', where)} (from {where})",
         rope_scaling=rope_scaling, **ints, **flags,
     )
 
