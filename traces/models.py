@@ -12,6 +12,7 @@ a `--max-positions` / `--rope-scaling` override), user model files in $FREEKV_DS
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from traces.model_files import ModelFileError, find_model_file, load_model_file, user_model_names
@@ -198,6 +199,13 @@ def use_model(spec: ModelSpec) -> Callable[[], None]:
     return undo
 
 
+@functools.lru_cache(maxsize=64)
+def _load_cached(path: str, mtime_ns: int) -> ModelSpec:
+    """A model file parsed once per version (a capacity search looks its model up hundreds of times)."""
+    del mtime_ns  # part of the cache key: an edited file is read again
+    return load_model_file(path)
+
+
 def model_names() -> list[str]:
     """Every name `get_model` knows: shipped, user model files and this process's chosen models."""
     return sorted({*MODELS, *user_model_names(), *_CHOSEN})
@@ -210,7 +218,7 @@ def get_model(name: str) -> ModelSpec:
         return _CHOSEN[name]
     path = find_model_file(name)
     if path is not None:
-        spec = load_model_file(path)
+        spec = _load_cached(str(path), path.stat().st_mtime_ns)
         if spec.name != name:
             raise ModelFileError(f"model file {path}: name {spec.name!r} differs from the file's name "
                                  f"{name!r}; a file in $FREEKV_DSE_MODELS is named <name>.yaml")
