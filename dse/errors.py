@@ -17,10 +17,10 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     """
     import traces
     from traces.catalogue import KnobError, UnknownMethodError
-    from traces.models import UnknownModelError
+    from traces.models import ModelFileError, UnknownModelError
 
-    types: list[type[BaseException]] = [DseError, UnknownModelError, UnknownMethodError, KnobError,
-                                        FileNotFoundError]
+    types: list[type[BaseException]] = [DseError, UnknownModelError, ModelFileError, UnknownMethodError,
+                                        KnobError, FileNotFoundError]
     for module, name in [
         ("traces", "TraceError"),
         ("traces.user_files", "UserFileError"),

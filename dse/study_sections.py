@@ -56,10 +56,11 @@ class ModelSection(_Strict):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        from traces.models import MODELS
+        from traces.models import model_names
 
-        if v not in MODELS:
-            raise ValueError(f"unknown model {v!r}; the registry knows {', '.join(sorted(MODELS))}")
+        if v not in model_names():
+            raise ValueError(f"unknown model {v!r}; the registry knows {', '.join(model_names())} (user "
+                             "model files: $FREEKV_DSE_MODELS, docs/models.md)")
         return v
 
 

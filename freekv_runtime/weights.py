@@ -70,7 +70,7 @@ class LoadedModel:
     dtype: torch.dtype
 
 
-_LOADED: dict[tuple[str, str, str, torch.dtype], LoadedModel] = {}
+_LOADED: dict[tuple[Any, ...], LoadedModel] = {}
 
 
 def cache_root() -> Path:
@@ -96,21 +96,25 @@ def load_model(
     spec = get_model(name)
     device = torch.device(device)
     origin = str(Path(weights).resolve()) if weights is not None else f"default:{cache_root()}"
-    key = (name, origin, str(device), dtype)
+    # an override of positions or rope scaling (traces.models.use_model) loads the same weights differently
+    rope = (spec.max_position_tokens, tuple(sorted(spec.rope_scaling.items())))
+    key = (name, origin, str(device), dtype, rope)
     if key in _LOADED:
         return _LOADED[key]
     user = Path(weights).expanduser() if weights is not None else None
     hf_dir, source = _resolve_hf_dir(spec, user)
     try:
-        model, tokenizer = _load_hf_dir(hf_dir, dtype)
+        model, tokenizer, scaled = _load_hf_dir(hf_dir, dtype, spec)
         check_config(model.config, spec, source)
     except RuntimeInputError as exc:
         if not _in_cache(hf_dir):
             raise
         discard_damaged(hf_dir, str(exc))  # our own converted copy: convert it again
         hf_dir, source = _resolve_hf_dir(spec, user)
-        model, tokenizer = _load_hf_dir(hf_dir, dtype)
+        model, tokenizer, scaled = _load_hf_dir(hf_dir, dtype, spec)
         check_config(model.config, spec, source)
+    if scaled:
+        source = f"{source}; {scaled}"
     model.to(device)
     loaded = LoadedModel(spec, model, tokenizer, source, device, dtype)
     _LOADED[key] = loaded
@@ -309,14 +313,39 @@ def _no_progress_bars() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _load_hf_dir(hf_dir: Path, dtype: torch.dtype) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def rope_scaling_to_apply(config: Any, spec: ModelSpec) -> dict[str, Any] | None:
+    """The rope parameters to load `spec` with when its registry entry carries a rope scaling (e.g. Qwen2.5's
+    YaRN to 131072 positions, which its model card says to add to config.json) and the weights' config has
+    none (rope type default); None when nothing changes (no scaling in the spec, or the config has its own,
+    as Llama 3.1's)."""
+    if not spec.rope_scaling:
+        return None
+    params = getattr(config, "rope_parameters", None) or {}
+    if params.get("rope_type", "default") != "default":
+        return None
+    return {**params, "rope_theta": params.get("rope_theta", spec.rope_theta), **spec.rope_scaling}
 
+
+def _load_hf_dir(hf_dir: Path, dtype: torch.dtype, spec: ModelSpec) -> tuple[Any, Any, str]:
+    """(model, tokenizer, what was changed in its config: '' or the rope scaling applied from `spec`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    scaled = ""
     try:
         with _no_progress_bars():
             tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
+            extra: dict[str, Any] = {}
+            config = AutoConfig.from_pretrained(hf_dir, local_files_only=True) if spec.rope_scaling else None
+            rope = None if config is None else rope_scaling_to_apply(config, spec)
+            if rope is not None:
+                config.rope_parameters = rope
+                config.max_position_embeddings = spec.max_position_tokens
+                extra["config"] = config
+                scaled = (f"rope scaling {rope['rope_type']} x{float(rope['factor']):g} to "
+                          f"{spec.max_position_tokens} positions applied from the registry "
+                          "(config.json has none)")
             model = AutoModelForCausalLM.from_pretrained(
-                hf_dir, dtype=dtype, local_files_only=True, attn_implementation="sdpa"
+                hf_dir, dtype=dtype, local_files_only=True, attn_implementation="sdpa", **extra
             )
     except (ValueError, OSError) as exc:
         raise RuntimeInputError(f"transformers could not load the model directory {hf_dir}: {exc}") from None
@@ -330,7 +359,7 @@ def _load_hf_dir(hf_dir: Path, dtype: torch.dtype) -> tuple[Any, Any]:
         ) from None
     model.eval()
     model.requires_grad_(False)
-    return model, tokenizer
+    return model, tokenizer, scaled
 
 
 def check_config(config: Any, spec: ModelSpec, source: str) -> None:

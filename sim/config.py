@@ -16,9 +16,13 @@ from sim.software import DEFAULT_SOFTWARE
 from traces.numbers import BATCH, TOKENS
 from traces.retrieval_knobs import RetrievalKnobs
 
-__all__ = ["SimConfig", "IMPLEMENTATIONS"]
+__all__ = ["SimConfig", "IMPLEMENTATIONS", "DEFAULT_GPU_MEMORY_UTILIZATION"]
 
 IMPLEMENTATIONS = ("as-published", "ideal")
+# vLLM's default share of GPU memory an engine fills (EngineArgs.gpu_memory_utilization = 0.90 in
+# vllm/engine/arg_utils.py; CacheConfig.gpu_memory_utilization in later releases); SGLang's
+# --mem-fraction-static plays the same role
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +47,8 @@ class SimConfig(RetrievalKnobs):
     software_overrides: software profile fields to replace (seconds), e.g. {"stream_sync_s": 2e-5}.
     transplant_method: replay a trace recorded by another runtime policy than the one this method
         models (`Method.replays`); refused unless True, and labelled in every output when used.
+    gpu_memory_utilization: share of the GPU's memory the engine may fill with weights, activations and KV
+        (sim.memory; vLLM's --gpu-memory-utilization, default 0.9), the rest kept as headroom.
     """
 
     model: str
@@ -60,6 +66,7 @@ class SimConfig(RetrievalKnobs):
     implementation: str = "as-published"
     software_overrides: dict[str, Any] = field(default_factory=dict)
     transplant_method: bool = False
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
     _knob_prefix = "SimConfig."
     _knob_error = SimInputError
@@ -81,6 +88,10 @@ class SimConfig(RetrievalKnobs):
                                                  f"got {self.implementation!r}")
         if not isinstance(self.software, str) or not self.software.strip():
             raise self._refuse("software", f"must be a software profile name or path, got {self.software!r}")
+        util = self.gpu_memory_utilization
+        if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
+            raise self._refuse("gpu_memory_utilization",
+                               f"must be a share of GPU memory in (0, 1], got {util!r}")
         if not isinstance(self.transplant_method, bool):
             raise self._refuse("transplant_method", f"must be true or false, got {self.transplant_method!r}")
 

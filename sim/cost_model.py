@@ -65,7 +65,8 @@ class CostModel:
     def gemm_s(self, m: int, k: int, n: int, launches: int = 1) -> float:
         """(m, k) x (k, n) GEMM: 2mkn FLOPs, reads both operands and writes the result once."""
         flops = 2.0 * m * k * n
-        n_bytes = (m * k + k * n + m * n) * self.dtype_bytes
+        weight_bytes = self.model.bytes_per_param or self.dtype_bytes  # the (k, n) operand is a weight
+        n_bytes = (m * k + m * n) * self.dtype_bytes + k * n * weight_bytes
         return float(self.kernel_s(flops, n_bytes, launches))
 
     # ----- per-layer decode operations (B tokens, one per sequence) -----

@@ -6,6 +6,11 @@ sequence at the longest context + decode activations per sequence). Host = batch
 KV per sequence (pinned pool). Model choices, stated: CUDA context and library workspaces 512 MiB
 (the usual footprint of a CUDA 12 PyTorch process before any tensor, as shown by nvidia-smi); prefill
 processed in chunks of at most 8192 tokens per sequence, one sequence at a time.
+
+Headroom: only `cfg.gpu_memory_utilization` of the GPU's memory is usable (default 0.9, vLLM's
+--gpu-memory-utilization default: the engine sizes weights + activations + KV to that share and leaves the
+rest to the CUDA allocator's fragmentation, NCCL and other processes); `gpu_capacity_bytes` is that usable
+share, `gpu_total_bytes` the profile's memory.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ PREFILL_CHUNK_TOKENS = 8192
 class MemoryFit:
     gpu_bytes: int
     host_bytes: int
-    gpu_capacity_bytes: int
+    gpu_capacity_bytes: int  # usable: gpu_total_bytes x gpu_memory_utilization
     host_capacity_bytes: int
     weights_bytes: int
     kv_gpu_bytes: int
@@ -35,6 +40,8 @@ class MemoryFit:
     fits: bool
     max_batch: int
     limit: str  # what bounds max_batch: "gpu", "host" or "none fits"
+    gpu_total_bytes: int = 0
+    gpu_memory_utilization: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,13 +60,14 @@ def _prefill_transient_bytes(cfg: SimConfig, model: ModelSpec) -> int:
 
 def memory_fit(need: MemoryNeed, cfg: SimConfig, model: ModelSpec, profile: HardwareProfile) -> MemoryFit:
     """Bytes needed by `cfg.batch_size` sequences and the largest batch that fits on `profile`."""
-    weights = model.n_params() * cfg.dtype_bytes
+    weights = model.n_params() * (model.bytes_per_param or cfg.dtype_bytes)
     fixed = weights + CUDA_CONTEXT_BYTES + _prefill_transient_bytes(cfg, model) + need.gpu_fixed_bytes
     per_seq = need.gpu_per_seq_bytes + _activation_per_seq_bytes(cfg, model)
     b = cfg.batch_size
     gpu = fixed + b * per_seq
     host = b * need.host_per_seq_bytes
-    gpu_cap, host_cap = profile.gpu.memory_bytes, profile.host.memory_bytes
+    gpu_total, host_cap = profile.gpu.memory_bytes, profile.host.memory_bytes
+    gpu_cap = int(gpu_total * cfg.gpu_memory_utilization)
     by_gpu = max(0, (gpu_cap - fixed) // per_seq) if per_seq else 1 << 30
     by_host = host_cap // need.host_per_seq_bytes if need.host_per_seq_bytes else 1 << 30
     max_batch = int(min(by_gpu, by_host))
@@ -77,4 +85,6 @@ def memory_fit(need: MemoryNeed, cfg: SimConfig, model: ModelSpec, profile: Hard
         fits=bool(gpu <= gpu_cap and host <= host_cap),
         max_batch=max_batch,
         limit=limit,
+        gpu_total_bytes=int(gpu_total),
+        gpu_memory_utilization=float(cfg.gpu_memory_utilization),
     )

@@ -151,6 +151,8 @@ class SimResult:
             "fits": mem.fits,
             "max_batch": mem.max_batch,
             "gpu_capacity_bytes": mem.gpu_capacity_bytes,
+            "gpu_total_bytes": mem.gpu_total_bytes,
+            "gpu_memory_utilization": mem.gpu_memory_utilization,
             "host_capacity_bytes": mem.host_capacity_bytes,
             "weights_bytes": mem.weights_bytes,
             "kv_gpu_bytes": mem.kv_gpu_bytes,
@@ -200,6 +202,13 @@ class SimResult:
         }
 
 
+def _usable_share(mem: MemoryFit) -> str:
+    """' usable (0.9 of 40.0)' when only a share of the GPU's memory is usable (sim.memory)."""
+    if not mem.gpu_total_bytes or mem.gpu_memory_utilization >= 1.0:
+        return ""
+    return f" usable ({mem.gpu_memory_utilization:g} of {mem.gpu_total_bytes / 2**30:.1f})"
+
+
 def oom_message(mem: MemoryFit) -> str:
     """What does not fit, what it needs and has, and the largest batch that fits (one line)."""
     gib = 2**30
@@ -207,6 +216,7 @@ def oom_message(mem: MemoryFit) -> str:
     if mem.gpu_bytes > mem.gpu_capacity_bytes:
         parts.append(
             f"needs {mem.gpu_bytes / gib:.1f} GiB of GPU memory, has {mem.gpu_capacity_bytes / gib:.1f}"
+            + _usable_share(mem)
         )
     if mem.host_bytes > mem.host_capacity_bytes:
         parts.append(

@@ -2,85 +2,24 @@
 
 The simulator needs the shapes (layers, heads, head dim, FFN size) to cost a decode step, the runtime
 needs the HF id and RoPE settings to find and check weights, and traces carry a `ModelSpec` in their
-metadata. Every entry names its source: the `config.json` published with the model under its HF id.
+metadata. Every entry names its source: the `config.json` published with the model under its HF id, and
+for a model whose card documents an extended context (rope scaling such as YaRN), that card.
+
+`get_model(name)` looks, in order, at the models this process chose with `use_model` (a `--model-file` or
+a `--max-positions` / `--rope-scaling` override), user model files in $FREEKV_DSE_MODELS
+(traces.model_files), then the shipped entries below.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import functools
+from collections.abc import Callable
 
-__all__ = ["ModelSpec", "MODELS", "get_model", "UnknownModelError"]
+from traces.model_files import ModelFileError, find_model_file, load_model_file, user_model_names
+from traces.model_spec import ModelSpec, UnknownModelError
 
-
-class UnknownModelError(ValueError):
-    """A model name that is not in the registry."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Architecture of one decoder-only transformer (Llama / Qwen2 family)."""
-
-    name: str
-    hf_id: str
-    architecture: str  # "llama" or "qwen2" (runtime loaders); "glm": simulator shape only
-    n_layers: int
-    hidden_size: int
-    n_qo_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn_size: int
-    vocab_size: int
-    rope_theta: float
-    max_position_tokens: int
-    tied_embeddings: bool
-    qkv_bias: bool
-    source: str
-    rope_scaling: dict[str, float | str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.n_qo_heads % self.n_kv_heads:
-            raise ValueError(f"{self.name}: n_qo_heads {self.n_qo_heads} not a multiple of n_kv_heads")
-
-    @property
-    def group_size(self) -> int:
-        """Query heads per KV head (GQA group size G)."""
-        return self.n_qo_heads // self.n_kv_heads
-
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Bytes of K and V for one token over all layers and KV heads."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
-
-    def n_params(self) -> int:
-        """Parameter count (embeddings counted once when tied)."""
-        attn = self.hidden_size * self.head_dim * (self.n_qo_heads * 2 + self.n_kv_heads * 2)
-        if self.qkv_bias:
-            attn += self.head_dim * (self.n_qo_heads + 2 * self.n_kv_heads)
-        mlp = 3 * self.hidden_size * self.ffn_size
-        norms = 2 * self.hidden_size
-        embed = self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
-        return self.n_layers * (attn + mlp + norms) + embed + self.hidden_size
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelSpec:
-        """A spec from its dict (e.g. a trace's meta.json); ValueError naming a field of the wrong type."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a model spec is an object, got {type(data).__name__}")
-        for name in ("n_layers", "hidden_size", "n_qo_heads", "n_kv_heads", "head_dim", "ffn_size",
-                     "vocab_size", "max_position_tokens"):
-            v = data.get(name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name, kind in (("name", str), ("hf_id", str), ("architecture", str), ("source", str),
-                           ("tied_embeddings", bool), ("qkv_bias", bool), ("rope_scaling", dict)):
-            if name in data and not isinstance(data[name], kind):
-                raise ValueError(f"{name} must be a {kind.__name__}, got {data[name]!r}")
-        theta = data.get("rope_theta")
-        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
-            raise ValueError(f"rope_theta must be a positive number, got {theta!r}")
-        return cls(**data)
+__all__ = ["ModelSpec", "MODELS", "get_model", "UnknownModelError", "ModelFileError", "use_model",
+           "model_names"]
 
 
 _LLAMA3_SCALING: dict[str, float | str] = {
@@ -90,6 +29,20 @@ _LLAMA3_SCALING: dict[str, float | str] = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
+
+
+# Qwen2.5 Instruct model cards (7B, 14B): "Context Length: Full 131,072 tokens", served by adding this
+# rope_scaling to config.json (static YaRN, as vLLM applies it); config.json itself ships 32768 positions.
+_QWEN25_YARN: dict[str, float | str] = {
+    "rope_type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 32768,
+}
+_QWEN25_YARN_SOURCE = (
+    "context length 131,072 tokens with rope_scaling {factor: 4.0, original_max_position_embeddings: 32768, "
+    "type: yarn} added to config.json (static YaRN; the card notes it may affect texts shorter than 32K: "
+    "--rope-scaling none --max-positions 32768 gives the unscaled model)"
+)
 
 
 def _spec(**kw) -> ModelSpec:
@@ -117,14 +70,18 @@ MODELS: dict[str, ModelSpec] = {
         _spec(
             name="qwen-2.5-7b", hf_id="Qwen/Qwen2.5-7B-Instruct", architecture="qwen2",
             n_layers=28, hidden_size=3584, n_qo_heads=28, n_kv_heads=4, head_dim=128, ffn_size=18944,
-            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
-            qkv_bias=True,
+            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=131072, tied_embeddings=False,
+            qkv_bias=True, rope_scaling=_QWEN25_YARN,
+            source="config.json of Qwen/Qwen2.5-7B-Instruct (max_position_embeddings 32768); the model "
+            f"card's 'Processing Long Texts': {_QWEN25_YARN_SOURCE}",
         ),
         _spec(
             name="qwen-2.5-14b", hf_id="Qwen/Qwen2.5-14B-Instruct", architecture="qwen2",
             n_layers=48, hidden_size=5120, n_qo_heads=40, n_kv_heads=8, head_dim=128, ffn_size=13824,
-            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
-            qkv_bias=True,
+            vocab_size=152064, rope_theta=1000000.0, max_position_tokens=131072, tied_embeddings=False,
+            qkv_bias=True, rope_scaling=_QWEN25_YARN,
+            source="config.json of Qwen/Qwen2.5-14B-Instruct (max_position_embeddings 32768); the model "
+            f"card's 'Processing Long Texts': {_QWEN25_YARN_SOURCE}",
         ),
         _spec(
             name="deepseek-r1-distill-llama-8b", hf_id="deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
@@ -144,6 +101,29 @@ MODELS: dict[str, ModelSpec] = {
             architecture="qwen2", n_layers=48, hidden_size=5120, n_qo_heads=40, n_kv_heads=8,
             head_dim=128, ffn_size=13824, vocab_size=152064, rope_theta=1000000.0,
             max_position_tokens=131072, tied_embeddings=False, qkv_bias=True,
+        ),
+        _spec(
+            name="mistral-7b", hf_id="mistralai/Mistral-7B-Instruct-v0.2", architecture="llama",
+            n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=8, head_dim=128, ffn_size=14336,
+            vocab_size=32000, rope_theta=1000000.0, max_position_tokens=32768, tied_embeddings=False,
+            qkv_bias=False,
+            source="config.json of mistralai/Mistral-7B-Instruct-v0.2 (MistralForCausalLM, the Llama "
+            "layout; recalled, not re-read offline): num_hidden_layers 32, hidden_size 4096, "
+            "num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, vocab_size 32000, "
+            "max_position_embeddings 32768, rope_theta 1e6, sliding_window null (Sarathi-Serve's "
+            "Mistral-7B: microsoft/sarathi-serve osdi-experiments/figure-5-6/mistral7b_strict.yml)",
+        ),
+        _spec(
+            name="opt-13b", hf_id="facebook/opt-13b", architecture="opt",
+            n_layers=40, hidden_size=5120, n_qo_heads=40, n_kv_heads=40, head_dim=128, ffn_size=13653,
+            vocab_size=50272, rope_theta=10000.0, max_position_tokens=2048, tied_embeddings=True,
+            qkv_bias=True,
+            source="config.json of facebook/opt-13b (recalled, not re-read offline): num_hidden_layers 40, "
+            "hidden_size 5120, num_attention_heads 40 (multi-head attention), ffn_dim 20480 with a "
+            "two-matrix ReLU FFN, vocab_size 50272, max_position_embeddings 2048 (learned positions: "
+            "rope_theta unused), tied embeddings. ffn_size 13653 = 2/3 x 20480: the SwiGLU width whose "
+            "three matrices hold the same weights and FLOPs as OPT's two. Simulator shape only "
+            "(DistServe's 13B model)",
         ),
         _spec(
             name="llama-2-7b", hf_id="meta-llama/Llama-2-7b-hf", architecture="llama",
@@ -201,12 +181,53 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+_CHOSEN: dict[str, ModelSpec] = {}  # this process's models chosen with use_model, by name
+
+
+def use_model(spec: ModelSpec) -> Callable[[], None]:
+    """Make `get_model(spec.name)` return `spec` in this process (a user model file, or a registry model
+    with overridden positions); returns the function that undoes it."""
+    before = _CHOSEN.get(spec.name)
+    _CHOSEN[spec.name] = spec
+
+    def undo() -> None:
+        if before is None:
+            _CHOSEN.pop(spec.name, None)
+        else:
+            _CHOSEN[spec.name] = before
+
+    return undo
+
+
+@functools.lru_cache(maxsize=64)
+def _load_cached(path: str, mtime_ns: int) -> ModelSpec:
+    """A model file parsed once per version (a capacity search looks its model up hundreds of times)."""
+    del mtime_ns  # part of the cache key: an edited file is read again
+    return load_model_file(path)
+
+
+def model_names() -> list[str]:
+    """Every name `get_model` knows: shipped, user model files and this process's chosen models."""
+    return sorted({*MODELS, *user_model_names(), *_CHOSEN})
+
+
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by registry name; unknown names get an error listing the valid ones."""
+    """Look a model up by name (module docstring for the order); unknown names get an error listing the
+    valid ones. A broken user model file is a ModelFileError naming its key."""
+    if name in _CHOSEN:
+        return _CHOSEN[name]
+    path = find_model_file(name)
+    if path is not None:
+        spec = _load_cached(str(path), path.stat().st_mtime_ns)
+        if spec.name != name:
+            raise ModelFileError(f"model file {path}: name {spec.name!r} differs from the file's name "
+                                 f"{name!r}; a file in $FREEKV_DSE_MODELS is named <name>.yaml")
+        return spec
     try:
         return MODELS[name]
     except KeyError:
         raise UnknownModelError(
-            f"unknown model {name!r}: the registry knows {', '.join(sorted(MODELS))}. "
-            "To add a model, add a ModelSpec entry to traces/models.py (see README, 'Adding a model')."
+            f"unknown model {name!r}: the registry knows {', '.join(model_names())}. To add a model, write "
+            "a model file (docs/models.md) and pass it with --model-file or put it in a directory listed in "
+            "$FREEKV_DSE_MODELS, or add a ModelSpec entry to traces/models.py."
         ) from None

@@ -16,10 +16,12 @@ from typing import Any
 
 import click
 
+from dse.commands.model_options import model_options
 from dse.commands.number_types import number
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
+    gpu_memory_option,
     implementation_option,
     replay_knob_options,
     transplant_option,
@@ -111,7 +113,8 @@ def accuracy_options(command: Any) -> Any:
 
 
 @click.command(name="capacity")
-@click.option("--model", required=True, help="target model (registry name)")
+@click.option("--model", default=None, help="target model (registry name, or a model file's: --model-file)")
+@model_options
 @click.option("--hardware", required=True, help="comma-separated hardware profiles (dse hardware list)")
 @click.option(
     "--method", "methods", default="freekv,dense", show_default=True,
@@ -128,6 +131,7 @@ def accuracy_options(command: Any) -> Any:
 @click.option("--slo-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
 @demand_option
 @implementation_option
+@gpu_memory_option
 @replay_knob_options
 @what_if_options
 @accuracy_options
@@ -140,8 +144,10 @@ def accuracy_options(command: Any) -> Any:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the answer as JSON")
 @click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
-def command(model: str, hardware: str, methods: str, input_tokens: int, output_tokens: int, slo_ms: float,
-            slo_stat: str, demand: str | None, implementation: str, page_size: int | None,
+def command(model: str | None, model_file: Path | None, max_positions: int | None, rope_scaling: str | None,
+            hardware: str, methods: str, input_tokens: int, output_tokens: int, slo_ms: float,
+            slo_stat: str, demand: str | None, implementation: str, gpu_memory_utilization: float,
+            page_size: int | None,
             budget_tokens: int | None, sink_tokens: int | None, window_tokens: int | None,
             dense_layers: str | None, overrides: tuple[str, ...], options: tuple[str, ...],
             software: str | None, accuracy_from: tuple[str, ...], measure: str | None,
@@ -157,6 +163,7 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
     its ends); --demand gives one demand to all (another policy's trace only with --transplant-method,
     labelled)."""
     from dse.commands.capacity_answer import run_capacity
+    from dse.commands.model_options import choose_model
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.paths import check_output_file
     from sim.replay import DemandSource, Question
@@ -164,6 +171,7 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
     for path, flag in ((csv_path, "--csv"), (json_path, "--json")):
         if path is not None:
             check_output_file(path, flag)
+    model = choose_model(model, model_file, max_positions, rope_scaling)
     price = load_prices(prices)
     given = knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers)
     base = Question(
@@ -171,7 +179,7 @@ def command(model: str, hardware: str, methods: str, input_tokens: int, output_t
         methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
         knobs=given, implementations=(implementation,), software=software,
         transplant_method=transplant_method, demand_ends=True, seed=seed, names=FLAGS,
-        **what_ifs(overrides, options),
+        gpu_memory_utilization=gpu_memory_utilization, **what_ifs(overrides, options),
     )
     run_capacity(base, demand_given=demand is not None, slo_ms=slo_ms, slo_stat=slo_stat, price=price,
                  accuracy_from=accuracy_from, measure=measure, measure_model=measure_model,

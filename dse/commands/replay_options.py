@@ -22,7 +22,8 @@ from dse.commands.number_types import number
 from traces.numbers import CONTEXT_TOKENS, TOKENS
 
 __all__ = ["FLAGS", "DEMAND_HELP", "demand_option", "transplant_option", "implementation_option",
-           "replay_knob_options", "what_if_options", "knobs_given", "what_ifs", "split_names"]
+           "replay_knob_options", "what_if_options", "knobs_given", "what_ifs", "split_names",
+           "gpu_memory_option"]
 
 # replay field (sim.SimConfig / sim.replay.Question) -> the flag that sets it
 FLAGS: dict[str, str] = {
@@ -32,6 +33,7 @@ FLAGS: dict[str, str] = {
     "hardware_overrides": "--set", "software_overrides": "--set", "method_options": "--option",
     "method": "--method", "model": "--model", "hardware": "--hardware", "software": "--software",
     "implementation": "--implementation", "transplant_method": "--transplant-method",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
 }
 
 DEMAND_HELP = (
@@ -53,6 +55,19 @@ def demand_option(command: Callable) -> Callable:
 def transplant_option(command: Callable) -> Callable:
     """The `--transplant-method` flag (SimConfig.transplant_method) of dse sim, capacity and serve."""
     return click.option("--transplant-method", is_flag=True, help=TRANSPLANT_HELP)(command)
+
+
+def gpu_memory_option(command: Callable) -> Callable:
+    """`--gpu-memory-utilization F` (sim.replay.Question.gpu_memory_utilization, SimConfig's): the share of
+    each GPU's memory the engine may fill, vLLM's flag of the same name and default."""
+    from sim.config import DEFAULT_GPU_MEMORY_UTILIZATION
+
+    return click.option(
+        "--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
+        default=DEFAULT_GPU_MEMORY_UTILIZATION, show_default=True,
+        help="share of each GPU's memory usable for weights, activations and KV, the rest kept as headroom "
+        "(vLLM's --gpu-memory-utilization, same default)",
+    )(command)
 
 
 def implementation_option(command: Callable) -> Callable:

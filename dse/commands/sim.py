@@ -17,8 +17,15 @@ from typing import Any
 
 import click
 
+from dse.commands.model_options import model_options
 from dse.commands.number_types import number
-from dse.commands.replay_options import FLAGS, replay_knob_options, transplant_option, what_if_options
+from dse.commands.replay_options import (
+    FLAGS,
+    gpu_memory_option,
+    replay_knob_options,
+    transplant_option,
+    what_if_options,
+)
 from dse.commands.sim_calibrate import calibrate_command
 from traces.numbers import COSINE, SEED, TOKENS
 
@@ -58,9 +65,11 @@ command.add_command(calibrate_command)
     "rates with their provenance)",
 )
 @click.option(
-    "--model", required=True,
-    help="target model (registry name); a trace of another model is mapped onto its layers and heads"
+    "--model", default=None,
+    help="target model (registry name, or a model file's: --model-file); a trace of another model is mapped "
+    "onto its layers and heads"
 )
+@model_options
 @click.option("--hardware", required=True, help="hardware profile name or YAML file (dse hardware list)")
 @click.option(
     "--implementation",
@@ -83,6 +92,7 @@ command.add_command(calibrate_command)
 @click.option("--tau", type=number(COSINE),
               help="recompute corrections from recorded similarities [the trace's]")
 @what_if_options
+@gpu_memory_option
 @click.option("--seed", default=0, show_default=True, type=number(SEED))
 @click.option("--estimate-ranges/--no-estimate-ranges", "estimate_ranges", default=None,
               help="also price as-published answers with every estimated constant at the cheap and at the "
@@ -106,23 +116,27 @@ command.add_command(calibrate_command)
 )
 @click.option("--trial", default=None, help="with --study: a trial number, 'dense' or 'untuned'")
 @transplant_option
-def run_command(trace: Path | None, synthetic: str | None, model: str, hardware: str,
+def run_command(trace: Path | None, synthetic: str | None, model: str | None, model_file: Path | None,
+                max_positions: int | None, rope_scaling: str | None, hardware: str,
                 implementation: str | None, method: str | None, batch_text: str, input_tokens: int,
                 output_tokens: int, page_size: int | None, budget_tokens: int | None, sink_tokens: int | None,
                 window_tokens: int | None, dense_layers: str | None, tau: float | None,
-                overrides: tuple[str, ...], options: tuple[str, ...], software: str | None, seed: int,
-                estimate_ranges: bool | None, engine: str, as_json: bool, csv_path: Path | None,
-                timeline_html: Path | None, chrome_trace: Path | None, timeline_steps: str,
-                study_source: str | None, trial: str | None, transplant_method: bool) -> None:
+                overrides: tuple[str, ...], options: tuple[str, ...], software: str | None,
+                gpu_memory_utilization: float, seed: int, estimate_ranges: bool | None, engine: str,
+                as_json: bool, csv_path: Path | None, timeline_html: Path | None, chrome_trace: Path | None,
+                timeline_steps: str, study_source: str | None, trial: str | None,
+                transplant_method: bool) -> None:
     """Simulate METHOD on HARDWARE for MODEL, from TRACE, --study S --trial N, or --synthetic SPEC.
 
     With a TRACE, page size, budget, sink, window, tau and dense layers are the trace's unless given here
     (each override is reported with the trace's value). --study S --trial N replays the trace a stored
     study run recorded (N: a trial number, 'dense' or 'untuned'). Each method replays traces of its own
     runtime policy only; --transplant-method prices another policy's trace with it (labelled)."""
+    from dse.commands.model_options import choose_model
     from dse.commands.replay_options import knobs_given, what_ifs
     from sim.replay import Question, answer
 
+    model = choose_model(model, model_file, max_positions, rope_scaling)
     batches = _batches(batch_text)
     _check_outputs(batches, timeline_html, chrome_trace, csv_path)
     mode = implementation or ("both" if method == "all" else "as-published")
@@ -133,6 +147,7 @@ def run_command(trace: Path | None, synthetic: str | None, model: str, hardware:
         knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers, tau),
         implementations=("as-published", "ideal") if mode == "both" else (mode,), software=software,
         transplant_method=transplant_method, seed=seed, names=FLAGS, **what_ifs(overrides, options),
+        gpu_memory_utilization=gpu_memory_utilization,
     )
     ans = answer(question)
     steps = _timeline_steps(timeline_steps, output_tokens)

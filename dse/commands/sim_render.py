@@ -173,7 +173,8 @@ def print_single(res) -> None:
     mem = d["memory"]
     gib = 2**30
     out.print(
-        f"memory: GPU {mem['gpu_bytes'] / gib:.2f} / {mem['gpu_capacity_bytes'] / gib:.1f} GiB, host "
+        f"memory: GPU {mem['gpu_bytes'] / gib:.2f} / {mem['gpu_capacity_bytes'] / gib:.1f} GiB usable"
+        f"{_of_total(mem)}, host "
         f"{mem['host_bytes'] / gib:.2f} / {mem['host_capacity_bytes'] / gib:.1f} GiB, "
         f"{'fits' if mem['fits'] else '[red]OUT OF MEMORY[/]'}; largest batch that fits: {mem['max_batch']} "
         f"(bound by {mem['limit']})"
@@ -240,3 +241,11 @@ def print_comparison(by_mode: dict[str, dict], skipped: dict[str, str]) -> None:
     for name, res in results.items():
         for note in res.notes:
             out.print(f"[yellow]{name}:[/] {note}")
+
+
+def _of_total(mem: dict) -> str:
+    """' (0.9 of 80.0 GiB)' when the usable GPU memory is a share of the profile's (sim.memory)."""
+    total, share = mem.get("gpu_total_bytes"), mem.get("gpu_memory_utilization")
+    if not total or share is None or share >= 1.0:
+        return ""
+    return f" ({share:g} of {total / 2**30:.1f} GiB)"

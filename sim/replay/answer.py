@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config import SimConfig
+from sim.config import DEFAULT_GPU_MEMORY_UTILIZATION, SimConfig
 from sim.errors import SimInputError
 from sim.replay.demand_source import ResolvedDemand, resolve_demand
 from sim.replay.knob_resolution import KnobResolution, resolve_knobs
 from sim.replay.question import Question
 
-__all__ = ["Cell", "Answer", "answer"]
+__all__ = ["Cell", "Answer", "answer", "memory_headroom_note"]
 
 NO_DEMAND = "n/a (no demand)"
 
@@ -120,7 +120,16 @@ def answer(q: Question, resolved: ResolvedDemand | None = None) -> Answer:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items())
         raise SimInputError(f"no method could be simulated: {why}")
     return Answer(q, resolved, knobs, tuple(m for m in methods if m not in skipped), tuple(cells), skipped,
-                  (*resolved.notes, *knobs.notes, *notes))
+                  (*resolved.notes, *knobs.notes, *notes, memory_headroom_note(q)))
+
+
+def memory_headroom_note(q: Question) -> str:
+    """The note every answer carries: the share of GPU memory it lets the engine fill."""
+    given = q.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION
+    why = "as given" if given else "the default: vLLM's for its flag of the same name"
+    return (f"GPU memory usable: {q.gpu_memory_utilization:g} of each GPU's memory for weights, activations "
+            f"and KV ({q.named('gpu_memory_utilization')} {q.gpu_memory_utilization:g}, {why}); the rest is "
+            "headroom")
 
 
 def _model(q: Question) -> Any:
@@ -177,7 +186,8 @@ def _config(q: Question, hw: str, method: str, knobs: KnobResolution, impl: str,
             model=q.model, hardware=hw, method=method, batch_size=batch, input_tokens=q.input_tokens,
             output_tokens=q.output_tokens, **knobs.values, method_options=dict(q.method_options),
             hardware_overrides=dict(q.hardware_overrides), software_overrides=dict(q.software_overrides),
-            implementation=impl, transplant_method=q.transplant_method, **extra,
+            implementation=impl, transplant_method=q.transplant_method,
+            gpu_memory_utilization=q.gpu_memory_utilization, **extra,
         )
     except SimInputError as exc:
         raise exc.reworded(dict(q.names)) from None

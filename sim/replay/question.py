@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config import IMPLEMENTATIONS
+from sim.config import DEFAULT_GPU_MEMORY_UTILIZATION, IMPLEMENTATIONS
 from sim.errors import SimInputError
 from sim.replay.demand_source import DemandSource
 from traces.numbers import SEED
@@ -35,6 +35,8 @@ class Question:
         names all its knobs and keeps the recorded corrections, tau None).
     model_positions: refuse a context past the model's maximum positions (False: the model is a shape
         to price, as a study replays its trace on extra models at one workload).
+    gpu_memory_utilization: share of each GPU's memory usable for weights, activations and KV (sim.memory;
+        vLLM's default 0.9); stated in every answer's notes.
     """
 
     model: str
@@ -55,6 +57,7 @@ class Question:
     demand_ends: bool = False
     trace_knobs: bool = True
     model_positions: bool = True
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     seed: int = 0
     names: Mapping[str, str] = field(default_factory=dict)
 
@@ -66,6 +69,10 @@ class Question:
         if bad:
             raise SimInputError(f"{self.named('implementation')} must be one of "
                                 f"{', '.join(IMPLEMENTATIONS)}, got {', '.join(bad)}")
+        util = self.gpu_memory_utilization
+        if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
+            raise SimInputError(f"{self.named('gpu_memory_utilization')} must be a share of GPU memory in "
+                                f"(0, 1], got {util!r}")
         if self.every_method and self.methods:
             raise SimInputError(f"{self.named('method')}: give method names or every method, not both")
         SEED.check(self.seed, self.named("seed"), SimInputError)

@@ -113,7 +113,10 @@ def test_serve_transplant_method(arkvale_trace: Path, tmp_path: Path, capsys) ->
     assert "demand of arkvale transplanted onto freekv" in out
     payload = json.loads((tmp_path / "s.json").read_text())
     assert [r["transplanted_method"] for r in payload["results"]] == ["arkvale", "arkvale"]
-    assert payload["notes"] == ["demand of arkvale transplanted onto shadowkv",
+    assert payload["notes"] == ["GPU memory usable: 0.9 of each GPU's memory for weights, activations and KV "
+                                "(--gpu-memory-utilization 0.9, the default: vLLM's for its flag of the same "
+                                "name); the rest is headroom",
+                                "demand of arkvale transplanted onto shadowkv",
                                 "demand of arkvale transplanted onto freekv"]
     own = _run([*SERVE, "--method", "arkvale", "--demand", str(arkvale_trace)])  # its own policy's trace
     assert "transplanted" not in own

@@ -195,7 +195,8 @@ def test_dense_without_demand_and_oom_message() -> None:
             "8",
         ]
     ).output
-    assert "out of memory: needs 144.0 GiB of GPU memory, has 40.0; largest batch that fits: 1" in text
+    assert ("out of memory: needs 144.0 GiB of GPU memory, has 36.0 usable (0.9 of 40.0); largest batch that "
+            "fits: 1") in text
     assert "mean ms" not in text  # no latency table
 
 

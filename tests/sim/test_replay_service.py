@@ -10,6 +10,7 @@ from sim_trace_factory import make_trace
 
 from sim import SimConfig, SimInputError, run_simulation
 from sim.replay import DemandSource, Question, answer, resolve_demand
+from sim.replay.answer import memory_headroom_note
 
 MODEL = "llama-3.1-8b"
 FLAGS = {"budget_tokens": "--budget-tokens", "page_size": "--page-size", "method": "--method",
@@ -52,7 +53,7 @@ def test_a_preset_answers_at_its_ends_for_the_methods_that_price_it() -> None:
     assert [(c.method, c.demand_end) for c in ans.cells] == [
         ("freekv", "central"), ("freekv", "low"), ("freekv", "high"), ("dense", "n/a (no demand)")]
     assert ans.cells[-1].priced_demand is None and ans.cells[0].priced_demand is not None
-    assert ans.demand.kind == "preset" and ans.table_notes() == []
+    assert ans.demand.kind == "preset" and ans.table_notes() == [memory_headroom_note(ans.question)]
     assert any(n.startswith("demand preset:freekv-tau0.9") for n in ans.notes)
 
 
