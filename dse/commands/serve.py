@@ -23,10 +23,12 @@ from pathlib import Path
 import click
 
 from dse.commands.capacity import accuracy_options
+from dse.commands.model_options import model_options
 from dse.commands.number_types import number
 from dse.commands.replay_options import (
     FLAGS,
     demand_option,
+    gpu_memory_option,
     implementation_option,
     replay_knob_options,
     transplant_option,
@@ -43,7 +45,8 @@ __all__ = ["command"]
 
 
 @click.command(name="serve")
-@click.option("--model", required=True, help="target model (registry name)")
+@click.option("--model", default=None, help="target model (registry name, or a model file's: --model-file)")
+@model_options
 @click.option("--hardware", required=True, help="comma-separated hardware profiles")
 @click.option(
     "--method", "methods", default="freekv,dense", show_default=True, help="comma-separated methods"
@@ -166,6 +169,7 @@ __all__ = ["command"]
 )
 @demand_option
 @implementation_option
+@gpu_memory_option
 @replay_knob_options
 @what_if_options
 @accuracy_options
@@ -179,7 +183,10 @@ __all__ = ["command"]
 @click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
 def command(
-    model: str,
+    model: str | None,
+    model_file: Path | None,
+    max_positions: int | None,
+    rope_scaling: str | None,
     hardware: str,
     methods: str,
     input_tokens: int,
@@ -201,6 +208,7 @@ def command(
     n_requests: int | None,
     demand: str | None,
     implementation: str,
+    gpu_memory_utilization: float,
     page_size: int | None,
     budget_tokens: int | None,
     sink_tokens: int | None,
@@ -241,6 +249,7 @@ def command(
         parse_budgets,
         resolved_knobs,
     )
+    from dse.commands.model_options import choose_model
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.commands.serve_print import print_serve
     from dse.commands.serve_rows import ServePlan, fleet_row, rate_row
@@ -291,8 +300,10 @@ def command(
         max_gpus=max_gpus,
         prices=price,
     )
+    model = choose_model(model, model_file, max_positions, rope_scaling)
     base = Question(
         model=model,
+        gpu_memory_utilization=gpu_memory_utilization,
         hardware=split_names(hardware, "--hardware"),
         demand=DemandSource.from_text(demand),
         methods=split_names(methods, "--method"),
