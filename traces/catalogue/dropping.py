@@ -34,6 +34,10 @@ class StreamingLLMKnobs(DroppingKnobs):
 class H2OKnobs(DroppingKnobs):
     """H2O: heavy hitters = budget - sink - window tokens of highest accumulated attention."""
 
+    normalise: bool = knob(False, "divide each token's summed attention by the queries that saw it "
+                           "(kvpress observed_attention_press.py:44-48); false: the sum, as H2O's code "
+                           "(modify_llama.py:317-326)")
+
 
 @dataclass(frozen=True)
 class SnapKVKnobs(DroppingKnobs):
@@ -44,10 +48,14 @@ class SnapKVKnobs(DroppingKnobs):
 
 @dataclass(frozen=True)
 class RaaSKnobs(DroppingKnobs):
-    alpha: float = knob(0.01, "attention mass that marks a page as important (estimate: no value in the code "
-                        "read)", low=0.0, high=1.0, low_open=True, high_open=True)
-    group: str = knob("max", "pooling of a page's importance over the group's query heads (max: the FreeKV "
-                      "paper's setup; mean: its harness)", choices=("max", "mean"))
+    alpha: float = knob(1e-4, "attention a page needs to be stamped important (FreeKV harness "
+                        "accuracy/eval/util.py:70)", low=0.0, high=1.0, low_open=True, high_open=True)
+    group: str = knob("mean", "pooling of a page's importance over the group's query heads (mean: the "
+                      "FreeKV harness, dynamic_attention.py:481; max: the FreeKV paper's setup)",
+                      choices=("mean", "max"))
+    prompt: str = knob("keep", "keep: every prompt token kept, the budget bounds decoded tokens (the RaaS "
+                       "paper); harness: the budget covers the prompt, cut to the pages the last prompt "
+                       "query ranks first (FreeKV's harness)", choices=("keep", "harness"))
 
 
 @dataclass(frozen=True)
