@@ -19,6 +19,7 @@ from typing import Any
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, proportion
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, chat_prompt, field, find_records, truncate_middle
 from freekv_runtime.tasks.ruler_common import check_params, encode
@@ -93,7 +94,7 @@ class LongBenchV2Task:
         outputs = runner.generate_batch(
             self.prompts(spec, runner.tokenizer), spec.decode_tokens or self.default_decode_tokens
         )
-        answers = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        answers = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         return {"longbench_v2_accuracy": proportion(
             [extract_choice(a) == str(r["answer"]).strip() for r, a in zip(records, answers, strict=True)],
             ids=[sample_id(spec, seed, key) for key in record_ids(records)], answers=answers,

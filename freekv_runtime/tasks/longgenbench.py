@@ -27,6 +27,7 @@ from typing import Any
 from freekv_runtime.decode import Sampling
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode
@@ -110,7 +111,7 @@ class LongGenBenchTask:
         )
         cr, acc, both, texts = [], [], [], []
         for r, (ids, _) in zip(records, outputs, strict=True):
-            text = str(r.get("prefix", "")) + runner.tokenizer.decode(ids, skip_special_tokens=True)
+            text = str(r.get("prefix", "")) + answer_text(runner.tokenizer, ids)
             texts.append(text)
             blocks = split_blocks(text, str(r["type"]))
             number = int(r["number"])
@@ -133,5 +134,5 @@ class LongGenBenchTask:
         prompts = [encode(runner.tokenizer, JUDGE.format(block=b, event=e)) for b, e in judged]
         answers = runner.dense_generate_batch(prompts, JUDGE_TOKENS)
         return [
-            "yes" in runner.tokenizer.decode(a, skip_special_tokens=True).strip().lower() for a in answers
+            "yes" in answer_text(runner.tokenizer, a).strip().lower() for a in answers
         ]

@@ -26,6 +26,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     DEPTHS,
@@ -142,7 +143,7 @@ class _Niah:
         outputs = runner.generate_batch(
             [s.token_ids for s in samples], spec.decode_tokens or self.default_decode_tokens
         )
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         ids = [sample_id(spec, seed, i) for i in range(len(samples))]
         return {self.metrics[0]: score_samples(preds, [s.answers for s in samples], "all", seed, ids)}
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     HAYSTACKS,
@@ -117,6 +118,6 @@ class VariableTrackingTask:
         outputs = runner.generate_batch(
             [ids for ids, _ in samples], spec.decode_tokens or self.default_decode_tokens
         )
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         ids = [sample_id(spec, seed, i) for i in range(len(samples))]
         return {"vt_score": score_samples(preds, [answer for _, answer in samples], "all", seed, ids)}

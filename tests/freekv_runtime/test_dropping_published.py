@@ -67,8 +67,14 @@ def _h2o_reference(episode, budget: int, sink: int, window: int, normalise: bool
 @pytest.mark.parametrize("normalise", [False, True])
 def test_h2o_keeps_what_its_published_rule_keeps(normalise: bool) -> None:
     budget, sink, window = 40, 4, 8
-    config = config_for("h2o", budget_tokens=budget, sink_tokens=sink, window_tokens=window, page_size=4,
-                        knobs={"normalise": normalise})
+    config = config_for(
+        "h2o",
+        budget_tokens=budget,
+        sink_tokens=sink,
+        window_tokens=window,
+        page_size=4,
+        knobs={"normalise": normalise},
+    )
     episode = make_episode(SHAPE, 50, 14, seed=21)
     run = run_policy(config, [episode])
     expected = _h2o_reference(episode, budget, sink, window, normalise)
@@ -79,8 +85,14 @@ def test_h2o_sum_and_normalised_scores_keep_different_tokens() -> None:
     """The two rules are not the same on these tensors (the sum favours older tokens)."""
     sets = []
     for normalise in (False, True):
-        config = config_for("h2o", budget_tokens=40, sink_tokens=4, window_tokens=8, page_size=4,
-                            knobs={"normalise": normalise})
+        config = config_for(
+            "h2o",
+            budget_tokens=40,
+            sink_tokens=4,
+            window_tokens=8,
+            page_size=4,
+            knobs={"normalise": normalise},
+        )
         sets.append(run_policy(config, [make_episode(SHAPE, 50, 14, seed=21)]).state.keep[SPARSE][0])
     assert not torch.equal(sets[0], sets[1])
     held = [s.nonzero()[:, 1].double().mean().item() for s in sets]
@@ -118,12 +130,12 @@ def _raas_reference(episode, budget: int, sink: int, window: int, p: int, alpha:
             held = [j for j in whole if keep[h, t + j * p]]
             while len(held) > k_pages:
                 oldest = min(held, key=lambda j: (stamp[(h, j)], j))
-                keep[h, t + oldest * p:t + (oldest + 1) * p] = False
+                keep[h, t + oldest * p : t + (oldest + 1) * p] = False
                 held.remove(oldest)
         probs = _probs(qs[:, 0], keys, keep).mean(1).numpy()  # (Hkv, N): mean over the group
         for h in range(hkv):
             for j in range(n_pages):
-                if probs[h, t + j * p:t + (j + 1) * p].sum() > alpha:
+                if probs[h, t + j * p : t + (j + 1) * p].sum() > alpha:
                     stamp[(h, j)] = float(step_i + 1)
     return keep
 
@@ -131,15 +143,21 @@ def _raas_reference(episode, budget: int, sink: int, window: int, p: int, alpha:
 @pytest.mark.parametrize("alpha", [1e-4, 0.03])
 def test_raas_keeps_what_the_published_rule_keeps(alpha: float) -> None:
     budget, sink, window, p = 40, 4, 8, 4
-    config = config_for("raas", page_size=p, budget_tokens=budget, sink_tokens=sink, window_tokens=window,
-                        knobs={"alpha": alpha})
+    config = config_for(
+        "raas",
+        page_size=p,
+        budget_tokens=budget,
+        sink_tokens=sink,
+        window_tokens=window,
+        knobs={"alpha": alpha},
+    )
     episode = make_episode(SHAPE, 45, 40, seed=22)
     run = run_policy(config, [episode])
     kept = run.state.keep[SPARSE][0].numpy()
     expected = _raas_reference(episode, budget, sink, window, p, alpha)
     np.testing.assert_array_equal(kept, expected)
     assert kept[:, :45].all()  # the prompt is kept whole
-    decoded_pages = kept[:, 45:45 + 7 * p].reshape(SHAPE.n_kv_heads, 7, p)
+    decoded_pages = kept[:, 45 : 45 + 7 * p].reshape(SHAPE.n_kv_heads, 7, p)
     assert (decoded_pages.all(-1) | ~decoded_pages.any(-1)).all()  # whole decoded pages
     assert (kept[:, 45:].sum(-1) <= budget - sink).all()  # the budget bounds the decoded tokens
 
@@ -150,8 +168,9 @@ def test_raas_defaults_are_the_reference_harness() -> None:
 
 
 def test_raas_harness_variant_cuts_the_prompt_to_the_budget() -> None:
-    config = config_for("raas", budget_tokens=40, sink_tokens=4, window_tokens=8, page_size=4,
-                        knobs={"prompt": "harness"})
+    config = config_for(
+        "raas", budget_tokens=40, sink_tokens=4, window_tokens=8, page_size=4, knobs={"prompt": "harness"}
+    )
     run = run_policy(config, [make_episode(SHAPE, 45, 3, seed=23)])
     assert (run.steps[-1].attended_tokens[0, SPARSE] <= 40).all()
     assert not run.state.keep[SPARSE][0, :, :45].all()
