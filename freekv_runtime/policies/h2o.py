@@ -93,7 +93,8 @@ class H2OPolicy(KVPolicy):
         c = self.config
         if c.window_tokens * 4 >= c.budget_tokens:
             return []
-        return [f"h2o: window_tokens={c.window_tokens} is under a quarter of budget_tokens={c.budget_tokens}; "
+        return [f"h2o: window_tokens={c.window_tokens} is under a quarter of "
+                f"budget_tokens={c.budget_tokens}; "
                 "H2O without a recent window degenerates (summed scores pin the oldest tokens and the newest "
                 "are dropped on arrival; on smollm2-135m it answered '* * *'). The paper splits the budget "
                 "half heavy hitters, half recent: raise --window-tokens"]
