@@ -69,6 +69,14 @@ class RaaSState(DroppingState):
         paper's RaaS): a head attends at most T + budget_tokens - sink_tokens tokens."""
         return self.keep_prompt
 
+    def attend_limit(self, n_tokens: int) -> int:
+        """The most tokens a head attends: budget_tokens, or with the prompt kept, the prompt plus
+        budget_tokens - sink_tokens decoded tokens."""
+        c = self.config
+        if not self.keep_prompt:
+            return c.budget_tokens
+        return max(c.budget_tokens, self.prompt_tokens + c.budget_tokens - c.sink_tokens)
+
     def _page_mass(self, probs: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """probs (b, Hkv, G, N) -> (b, Hkv, P) page mass pooled over the group."""
         n_pages = -(-n_tokens // self.p)

@@ -190,13 +190,12 @@ def unbudgeted_heads(state: object, shape: AttentionShape = SHAPE) -> np.ndarray
     return np.asarray(heads, dtype=bool)
 
 
-def budget_limit(state: object, config: RuntimeConfig, prompt_tokens: int) -> int:
-    """Tokens a budgeted head may attend: budget_tokens, or, for a method whose budget bounds the decoded
-    tokens only (`prompt_outside_budget`: RaaS as published keeps every prompt token), the prompt plus
-    budget_tokens - sink_tokens decoded tokens."""
-    if getattr(state, "prompt_outside_budget", False):
-        return max(config.budget_tokens, prompt_tokens + config.budget_tokens - config.sink_tokens)
-    return config.budget_tokens
+def budget_limit(state: object, config: RuntimeConfig, context_tokens: int) -> int:
+    """Tokens a budgeted head may attend at `context_tokens`: budget_tokens, or what the state declares
+    through `attend_limit(n_tokens)` where its method's budget is defined otherwise (RaaS as published
+    keeps the prompt and bounds the decoded tokens; RazorAttention's buffer is max(S0, N/C))."""
+    limit = getattr(state, "attend_limit", None)
+    return config.budget_tokens if limit is None else limit(context_tokens)
 
 
 METHODS = sorted(policy_names())
@@ -214,7 +213,7 @@ def test_budget_respected(method: str) -> None:
         context = prompt_tokens + t + 1
         sparse = [layer for layer in range(SHAPE.n_layers) if layer not in config.dense_layers]
         budgeted = dec.attended_tokens[:, sparse][:, ~exempt[sparse]]
-        assert (budgeted <= budget_limit(run.state, config, prompt_tokens)).all(), (t, dec.attended_tokens)
+        assert (budgeted <= budget_limit(run.state, config, context)).all(), (t, dec.attended_tokens)
         assert (dec.attended_tokens[:, sparse] > 0).all()
         assert (dec.attended_tokens <= context).all()
         for layer in config.dense_layers:
