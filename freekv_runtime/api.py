@@ -305,8 +305,9 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
         nan = math.nan
         intervals = {k: Estimate(nan, nan, nan, e.n, "withheld: random weights")
                      for k, e in intervals.items()}
+    task_notes = task.generation_notes(req.task) if hasattr(task, "generation_notes") else []
     summary = _write_summary(out_dir, trace_dir, intervals, wall_s, runner.n_sequences, withheld,
-                             req.random_weights, policy.config_notes())
+                             req.random_weights, policy.config_notes(), task_notes)
     accuracy = {k: e.value for k, e in intervals.items()}
     return TraceOutcome(accuracy=accuracy, trace_dir=trace_dir, summary=summary, intervals=intervals)
 
@@ -356,6 +357,7 @@ def samples_dict(intervals: dict[str, Estimate]) -> dict[str, list[dict[str, Any
 def _write_summary(
     out_dir: Path, trace_dir: Path, intervals: dict[str, Estimate], wall_s: float, n_sequences: int,
     withheld: dict[str, Estimate], random_weights: int | None, policy_notes: list[str] | None = None,
+    task_notes: list[str] | None = None,
 ) -> dict:
     """summary.json: `accuracy` {metric: value}, `accuracy_ci` {metric: Estimate.to_dict() without its
     samples}, `accuracy_samples` {metric: [{"id", "score", "answer"}, ...]} (the per-prompt results,
@@ -374,6 +376,8 @@ def _write_summary(
     }
     if policy_notes:
         summary["policy_notes"] = list(policy_notes)
+    if task_notes:
+        summary["task_notes"] = list(task_notes)
     if random_weights is not None:
         summary["random_weights"] = random_weights
         summary["accuracy_note"] = (

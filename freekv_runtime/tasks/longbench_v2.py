@@ -50,7 +50,17 @@ def extract_choice(response: str) -> str | None:
 class LongBenchV2Task:
     name = "longbench_v2"
     metrics = ("longbench_v2_accuracy",)
-    default_decode_tokens = 32
+    default_decode_tokens = 128  # LongBench v2 pred.py max_new_tokens (no CoT)
+
+    def generation_notes(self, spec: TaskSpec) -> list[str]:
+        """Where this run's generation differs from LongBench v2's official settings (THUDM/LongBench
+        pred.py: temperature 0.1, max_new_tokens 128 without CoT; rooikeee/FreeKV
+        accuracy/eval/LongBench2/pred.py:106 the same)."""
+        notes = ["longbench_v2: greedy decoding, where the official pred.py samples at temperature 0.1"]
+        n = spec.decode_tokens or self.default_decode_tokens
+        if n != 128:
+            notes.append(f"longbench_v2: {n} decode tokens, the official max_new_tokens is 128")
+        return notes
     needs_attention_mass = False
 
     def records(self, spec: TaskSpec) -> list[dict[str, Any]]:

@@ -68,6 +68,20 @@ class LongGenBenchTask:
     name = "longgenbench"
     metrics = ("longgenbench_completion_rate", "longgenbench_accuracy", "longgenbench_cr_x_acc")
     default_decode_tokens = 1024  # the FreeKV paper generated up to 16K tokens
+
+    def generation_notes(self, spec: TaskSpec) -> list[str]:
+        """Where this run's generation differs from the official setting: LongGenBench short generates
+        up to 16000 tokens, long up to 32000 (rooikeee/FreeKV accuracy/eval/LongGenBench/pred.py:293-296);
+        sampling (temperature, top_p) follows the benchmark's inference.py defaults unless changed."""
+        n = spec.decode_tokens or self.default_decode_tokens
+        notes = []
+        if n < 16000:
+            notes.append(f"longgenbench: {n} decode tokens, the official run generates up to 16000 "
+                         "(short) or 32000 (long): blocks past the budget count as missing")
+        t, top_p = spec.params.get("temperature", 0.95), spec.params.get("top_p", 0.95)
+        if (float(t), float(top_p)) != (0.95, 0.95):
+            notes.append(f"longgenbench: temperature {t}, top_p {top_p}; the benchmark's are 0.95, 0.95")
+        return notes
     needs_attention_mass = False
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:

@@ -31,3 +31,17 @@ def test_until_stop_without_stop_ids_keeps_everything() -> None:
     assert until_stop([5, 6, 7], frozenset()) == [5, 6, 7]
     assert until_stop([5, 6, 7], frozenset({6})) == [5]
     assert stop_token_ids(ByteTokenizer()) == frozenset()  # a byte tokenizer has no end token
+
+
+def test_benchmark_loaders_state_where_generation_differs_from_the_official_settings() -> None:
+    from freekv_runtime.tasks import TaskSpec, get_task
+
+    lb = get_task("longbench_v2")
+    assert lb.default_decode_tokens == 128
+    notes = lb.generation_notes(TaskSpec("longbench_v2", context_tokens=4096, n_samples=1))
+    assert len(notes) == 1 and "temperature 0.1" in notes[0]
+    notes = lb.generation_notes(TaskSpec("longbench_v2", context_tokens=4096, n_samples=1, decode_tokens=32))
+    assert any("max_new_tokens is 128" in n for n in notes)
+    lg = get_task("longgenbench")
+    assert any("16000" in n for n in lg.generation_notes(TaskSpec("longgenbench", 8192, 1)))
+    assert lg.generation_notes(TaskSpec("longgenbench", 40000, 1, decode_tokens=16000)) == []
