@@ -100,7 +100,8 @@ ENTRIES = (
     MethodEntry("snapkv", "dropping", "prompt tokens voted once at prefill by the last prompt queries",
                 SnapKVKnobs, policy=_DROP + "snapkv:SnapKVPolicy", model=_M + "snapkv:SnapKV",
                 source="Li et al., SnapKV (NeurIPS 2024, arXiv 2404.14469); FasterDecoding/SnapKV"),
-    MethodEntry("raas", "dropping", "pages stamped when important, the stalest dropped", RaaSKnobs,
+    MethodEntry("raas", "dropping", "prompt kept; decoded pages stamped when important, the stalest dropped",
+                RaaSKnobs,
                 policy=_DROP + "raas:RaaSPolicy", model=_M + "raas:RaaS",
                 source="Hu et al., RaaS (arXiv 2502.11147); rooikeee/FreeKV accuracy harness"),
     MethodEntry("tova", "dropping", "the token the current query attends least dropped each step (heads "
