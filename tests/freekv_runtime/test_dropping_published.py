@@ -194,3 +194,27 @@ def test_kept_token_indices_match_the_keep_mask(method: str) -> None:
                 if layer in config.dense_layers:
                     np.testing.assert_array_equal(kept[b][h], np.arange(n))
                 assert kept[b][h].size == 0 or kept[b][h][-1] == n - 1  # the newest token is held
+
+
+def test_h2o_note_reaches_the_trace_metadata_and_summary(tmp_path) -> None:
+    from freekv_runtime.api import TraceRequest, run_trace
+    from freekv_runtime.config import RuntimeConfig
+    from freekv_runtime.tasks import TaskSpec
+    from traces.reader import TraceReader
+
+    runtime = RuntimeConfig(method="h2o", page_size=16, budget_tokens=96, sink_tokens=16, window_tokens=16)
+    outcome = run_trace(
+        TraceRequest(
+            model="smollm2-135m",
+            task=TaskSpec("passkey", context_tokens=320, n_samples=1, decode_tokens=2),
+            runtime=runtime,
+            out_dir=tmp_path / "run",
+            device="cpu",
+            random_weights=0,
+            layers=2,
+            random_init="cpu",
+        )
+    )
+    (note,) = outcome.summary["policy_notes"]
+    assert "degenerates" in note
+    assert TraceReader(outcome.trace_dir).meta.extra["policy_notes"] == [note]
