@@ -183,7 +183,7 @@ def test_raas_drops_the_page_attended_least_recently() -> None:
     ("snapkv", {"kernel_size": 4}, "snapkv knob kernel_size must be an odd integer >= 1, got 4"),
     ("snapkv", {"pooling": "sum"}, "snapkv knob pooling must be one of avg, max, got 'sum'"),
     ("raas", {"alpha": 1.5}, r"raas knob alpha must be a number in \(0, 1\), got 1.5"),
-    ("raas", {"group": "min"}, "raas knob group must be one of mean, max"),
+    ("raas", {"group": "min"}, "raas knob group must be one of max, mean"),
 ])
 def test_bad_knobs_are_refused_with_the_key_named(method: str, extra: dict, message: str) -> None:
     with pytest.raises(RuntimeConfigError, match=message):

@@ -52,7 +52,7 @@ class RaaSKnobs(DroppingKnobs):
                         "accuracy/eval/util.py:70)", low=0.0, high=1.0, low_open=True, high_open=True)
     group: str = knob("mean", "pooling of a page's importance over the group's query heads (mean: the "
                       "FreeKV harness, dynamic_attention.py:481; max: the FreeKV paper's setup)",
-                      choices=("mean", "max"))
+                      choices=("max", "mean"))
     prompt: str = knob("keep", "keep: every prompt token kept, the budget bounds decoded tokens (the RaaS "
                        "paper); harness: the budget covers the prompt, cut to the pages the last prompt "
                        "query ranks first (FreeKV's harness)", choices=("keep", "harness"))
