@@ -290,7 +290,8 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
         library_versions=library_versions(),
         timing_clock=timer.clock,
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        extra={**_weights_extra(req, loaded), **_probe_extra(policy)},
+        extra={**_weights_extra(req, loaded), **_probe_extra(policy),
+               **({"policy_notes": notes} if (notes := policy.config_notes()) else {})},
     )
     out_dir = Path(req.out_dir)
     trace_dir = out_dir / "trace"
@@ -305,8 +306,9 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
         nan = math.nan
         intervals = {k: Estimate(nan, nan, nan, e.n, "withheld: random weights")
                      for k, e in intervals.items()}
+    task_notes = task.generation_notes(req.task) if hasattr(task, "generation_notes") else []
     summary = _write_summary(out_dir, trace_dir, intervals, wall_s, runner.n_sequences, withheld,
-                             req.random_weights)
+                             req.random_weights, policy.config_notes(), task_notes)
     accuracy = {k: e.value for k, e in intervals.items()}
     return TraceOutcome(accuracy=accuracy, trace_dir=trace_dir, summary=summary, intervals=intervals)
 
@@ -355,7 +357,8 @@ def samples_dict(intervals: dict[str, Estimate]) -> dict[str, list[dict[str, Any
 
 def _write_summary(
     out_dir: Path, trace_dir: Path, intervals: dict[str, Estimate], wall_s: float, n_sequences: int,
-    withheld: dict[str, Estimate], random_weights: int | None,
+    withheld: dict[str, Estimate], random_weights: int | None, policy_notes: list[str] | None = None,
+    task_notes: list[str] | None = None,
 ) -> dict:
     """summary.json: `accuracy` {metric: value}, `accuracy_ci` {metric: Estimate.to_dict() without its
     samples}, `accuracy_samples` {metric: [{"id", "score", "answer"}, ...]} (the per-prompt results,
@@ -372,6 +375,10 @@ def _write_summary(
         "wall_s": wall_s, "samples_per_s": n_sequences / wall_s if wall_s > 0 else None,
         "trace_dir": str(trace_dir), **trace_summary(reader),
     }
+    if policy_notes:
+        summary["policy_notes"] = list(policy_notes)
+    if task_notes:
+        summary["task_notes"] = list(task_notes)
     if random_weights is not None:
         summary["random_weights"] = random_weights
         summary["accuracy_note"] = (

@@ -250,6 +250,8 @@ def command(
         random_init=random_init, batch_size=batch_size,
     ))
     _print_summary(outcome.summary)
+    for note in [*outcome.summary.get("policy_notes", []), *outcome.summary.get("task_notes", [])]:
+        click.echo(f"note: {note}")
     if "accuracy_note" in outcome.summary:
         click.echo(f"accuracy: {outcome.summary['accuracy_note']}")
     click.echo(f"wrote {outcome.trace_dir} and {out_dir / 'summary.json'}")

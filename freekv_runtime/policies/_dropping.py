@@ -16,6 +16,10 @@ Decode of a sparse layer (a layer not in `config.dense_layers`), per step:
 Prefill is dense causal attention over the prompt (as in every method's own code); `_after_prefill` lets
 the method score the prompt (H2O: accumulated attention, SnapKV: observation-window votes).
 
+Kept sets: `DroppingState.kept_token_indices(layer)` / `kept_mask(layer)` give the token positions each
+sequence's KV head holds after the last step, so a comparison with a reference implementation (kvpress on
+the same token ids) needs no internal access.
+
 Trace: similarity NaN and nothing corrected (no correction check: correction rates are not applicable),
 `selected` and `missed` empty (nothing is selected from or recalled over the host link; the hit rate is
 then undefined), `attended_tokens` the tokens attended per layer and KV head, `evicted_tokens` the tokens
@@ -180,6 +184,25 @@ class DroppingState(PolicyState):
     def end_step(self) -> StepDecisions:
         self.step += 1
         return self.log.finish()
+
+    # ---- what is kept ----
+    def kept_mask(self, layer: int) -> torch.Tensor:
+        """(b, Hkv, N) bool: the tokens layer `layer` holds after the last step (all True on a dense
+        layer), N the tokens cached so far. A copy: changing it changes nothing."""
+        keep = self.keep[layer]
+        if keep is None:
+            n = self.cache.lengths[layer]
+            return torch.ones(self.b, self.shape.n_kv_heads, n, dtype=torch.bool, device=self.device)
+        return keep.clone()
+
+    def kept_token_indices(self, layer: int) -> list[list[np.ndarray]]:
+        """[sequence][KV head] -> sorted int64 positions of the tokens layer `layer` holds after the last
+        step: the kept set a reference implementation is compared with (e.g. kvpress's kept indices on
+        the same token ids), with no access to the policy's internals. The same set every query head of
+        the KV head attends (plus RazorAttention's compensation token, which is no cached token)."""
+        mask = self.kept_mask(layer).cpu().numpy()
+        return [[np.flatnonzero(mask[i, h]).astype(np.int64) for h in range(mask.shape[1])]
+                for i in range(mask.shape[0])]
 
     # ---- helpers for subclasses ----
     def protected(self, n_tokens: int) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """ShadowKV's chunk selection and the device's value cache (see shadowkv.py for the method).
 
-Selection: landmark scores of the query (per query head softmax of q . landmark / sqrt(d) over the
-candidate chunks, the max over the GQA group: ShadowKV's pooling, kv_cache.py:289-293), the top-k chunks,
+Selection: landmark scores of the query (per query head softmax of q . landmark / sqrt(128) over the
+candidate chunks, the max over the GQA group: ShadowKV's pooling, kv_cache.py:289-293; the scale is
+ShadowKV's fixed 1/sqrt(128) whatever the head dim, kv_cache.py:289, 591 and 633; the attention itself
+keeps the model's 1/sqrt(d)), the top-k chunks,
 k = the budget's room after sink, recent and outliers; `plan_reuse` against the chunks the device holds.
 Value cache: only the selected chunks the device does not hold move (ShadowKV's offsets copy), and the
 device then holds exactly this step's chunks.
@@ -20,7 +22,9 @@ from freekv_runtime.policies._reuse import ReusePlan, plan_reuse
 from freekv_runtime.policies._shadowkv_layer import ShadowKVLayer
 from freekv_runtime.recall import DeviceStreams, _on
 
-__all__ = ["chunk_scores", "install_values", "keep_selected", "n_selectable", "plan_chunks"]
+__all__ = ["LANDMARK_SCALE", "chunk_scores", "install_values", "keep_selected", "n_selectable", "plan_chunks"]
+
+LANDMARK_SCALE = 1.0 / math.sqrt(128)  # bytedance/ShadowKV models/kv_cache.py:289, 591, 633
 
 
 def n_selectable(ls: ShadowKVLayer, budget_tokens: int) -> int:
@@ -31,12 +35,12 @@ def n_selectable(ls: ShadowKVLayer, budget_tokens: int) -> int:
 
 
 def chunk_scores(ls: ShadowKVLayer, q: torch.Tensor) -> torch.Tensor:
-    """(b, Hkv, C) float32: per query head softmax of q . landmark / sqrt(d) over the candidates, max over
+    """(b, Hkv, C) float32: per query head softmax of q . landmark / sqrt(128) over the candidates, max over
     the group (ShadowKV's pooling, kv_cache.py:289-293); -inf on outlier chunks. q (b, Hq, d)."""
     b, hq, d = q.shape
     hkv, n_chunks = ls.landmarks.shape[1], ls.landmarks.shape[2]
     qg = q.float().reshape(b, hkv, hq // hkv, d)
-    raw = qg @ ls.landmarks.float().transpose(-1, -2) / math.sqrt(d)  # (b, Hkv, G, C)
+    raw = qg @ ls.landmarks.float().transpose(-1, -2) * LANDMARK_SCALE  # (b, Hkv, G, C)
     outlier = torch.zeros(b, hkv, n_chunks, dtype=torch.bool, device=q.device)
     outlier.scatter_(2, ls.outliers, True)
     probs = torch.softmax(raw.masked_fill(outlier[:, :, None], float("-inf")), dim=-1).amax(dim=2)

@@ -179,6 +179,12 @@ class KVPolicy(ABC):
         Default: {}."""
         return {}
 
+    def config_notes(self) -> list[str]:
+        """Warnings about this configuration of the method (one sentence each, naming the knob and what
+        to change): `run_trace` records them in the trace metadata (`meta.extra["policy_notes"]`) and
+        summary.json, and `dse trace` prints them. Default: none."""
+        return []
+
     @abstractmethod
     def new_state(
         self,

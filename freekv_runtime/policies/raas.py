@@ -1,30 +1,42 @@
-"""RaaS: pages carry the timestamp of the last step they were important; the stalest page is dropped.
+"""RaaS: decoded pages carry the timestamp of the last step they were important; the stalest is dropped.
 
-Hu et al., "Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity" (arXiv
-2502.11147): O(L) memory; a page's timestamp is refreshed whenever its attention exceeds a threshold
-alpha, and when the cache is full the page with the oldest timestamp is evicted. Reference
-implementation read: rooikeee/FreeKV accuracy/kvc/patch/dynamic_attention.py, raas_attn (page_timestamp,
-alpha, "look for the oldest timestamp"; importance there is estimated from Quest min/max page bounds,
-softmax per head, mean over the group). The FreeKV paper's evaluation makes RaaS group-consistent with
-max pooling (sim/methods/raas.py cites it).
+Hu et al., "Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity" / "RaaS:
+Reasoning-Aware Attention Sparsity for Efficient LLM Reasoning" (arXiv 2502.11147, ACL 2025). As
+published: the KV of every prefill (prompt) token is kept (it holds the "phoenix" tokens that come back
+late), and the O(L) budget applies to the DECODED tokens: a decoded page's timestamp is refreshed whenever
+its attention exceeds a threshold alpha, and when the decoded budget is full the page with the oldest
+timestamp is evicted; a new page starts as fresh as the step that made it.
 
-Here, per sparse layer and KV head: pages of page_size tokens; sink pages [0, S/p) and the window pages
-(the newest W/p, the current partial page included, as in FreeKV's store) are always kept; at most
-K = (budget - S - W) / p other pages are held, so attention never exceeds the budget. After each decode
-attention, a page's importance is its exact attention mass (the probabilities of the kept tokens summed
-over the page, pooled over the group's query heads by `group` = max or mean); pages with importance >
-alpha get timestamp = the step (1, 2, ...). At prefill, the candidate pages get timestamps in [-1, 0)
-ordered by the last prompt query's attention mass (the harness also starts from the last prompt query),
-so any importance seen during decode outranks them. When a page leaves the window and K pages are held,
-the page(s) with the oldest timestamp are dropped (ties: the lower page id).
-Difference from the harness: importance from the exact probabilities of the attention just computed (no
-separate page-bound estimate): noted in docs/methods.md.
+Here (knob `prompt` = "keep", the default), per sparse layer and KV head: every prompt token [0, T) is
+kept; decoded tokens are grouped in pages of page_size tokens starting at T; the newest `window_tokens`
+tokens (and the current partial page) are always kept; at most K = (budget - S - W) / p other whole decoded
+pages are held (the same K as the harness's page budget, so the decoded tokens held never exceed
+budget_tokens - sink_tokens and a head attends at most T + budget_tokens - sink_tokens tokens:
+`prompt_outside_budget`). After each decode attention, a decoded page's importance is its attention mass
+(the probabilities of its tokens summed over the page, pooled over the group's query heads by `group`,
+default mean); pages with importance > alpha get timestamp = the step (1, 2, ...); a page entering the
+candidates keeps the timestamp of the step it was completed. When more than K candidate pages are held,
+the oldest-stamped are dropped (ties: the lower page id).
+
+Variant `prompt` = "harness" (the FreeKV accuracy harness's RaaS, rooikeee/FreeKV
+accuracy/kvc/patch/dynamic_attention.py `raas_attn` 326-485, and this policy's behaviour before the
+published rule was followed): the budget covers the prompt too; sink pages [0, S/p) and the window pages
+are kept, at most K other pages; at prefill the candidate pages get timestamps in [-1, 0) ordered by the
+last prompt query's page mass (the harness keeps the top tokens of the last query's group-mean raw scores,
+dynamic_attention.py:354-370), so any importance seen during decode outranks them. It cuts the prompt
+to K pages chosen by one query: a retrieval task then depends on that one query's choice.
+
+Reference harness settings (rooikeee/FreeKV accuracy/eval/util.py:70 `--raas_alpha` default 1e-4;
+dynamic_attention.py:476-485: page scores softmaxed per query head, MEAN over the group, compared with
+alpha): alpha 1e-4 and group "mean" are the defaults here.
+Remaining difference from the harness: importance from the exact probabilities of the attention just
+computed (the harness estimates it from Quest min/max page bounds, dynamic_attention.py:466-481; the paper
+only says a representative score per page): noted in docs/methods.md.
 
 Configuration: RuntimeConfig budget_tokens, page_size, sink_tokens, window_tokens, dense_layers (FreeKV
 baseline: layer 0, budget 2048, page 32); `config.knobs` (traces.catalogue.dropping.RaaSKnobs): alpha
-(float in (0, 1), default 0.01, estimate: a page holding at least 1% of its group's attention counts as
-attended; no value is given in the code read), group ("max" default, the FreeKV paper's setup; "mean",
-the harness's).
+(float in (0, 1), default 1e-4, the harness's), group ("mean" default, the harness's; "max", the FreeKV
+paper's group-consistent setup), prompt ("keep" default, the paper's; "harness").
 """
 
 from __future__ import annotations
@@ -40,13 +52,30 @@ __all__ = ["RaaSPolicy", "RaaSState"]
 
 
 class RaaSState(DroppingState):
-    """stamp[l]: (b, Hkv, P) float32 timestamps of layer l's pages (grown as pages appear)."""
+    """stamp[l]: (b, Hkv, P) float32 timestamps of layer l's pages (grown as pages appear): pages of the
+    whole sequence with prompt "harness", pages of the decoded tokens (from T on) with prompt "keep"."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.alpha, self.group = self.config.knobs.alpha, self.config.knobs.group
+        knobs = self.config.knobs
+        self.alpha, self.group, self.keep_prompt = knobs.alpha, knobs.group, knobs.prompt == "keep"
         self.p = self.config.page_size
         self.stamp: list[torch.Tensor | None] = [None] * self.shape.n_layers
+        self.prompt_tokens = 0  # T, set at prefill
+
+    @property
+    def prompt_outside_budget(self) -> bool:
+        """True when every prompt token is kept and budget_tokens bounds the decoded tokens only (the
+        paper's RaaS): a head attends at most T + budget_tokens - sink_tokens tokens."""
+        return self.keep_prompt
+
+    def attend_limit(self, n_tokens: int) -> int:
+        """The most tokens a head attends: budget_tokens, or with the prompt kept, the prompt plus
+        budget_tokens - sink_tokens decoded tokens."""
+        c = self.config
+        if not self.keep_prompt:
+            return c.budget_tokens
+        return max(c.budget_tokens, self.prompt_tokens + c.budget_tokens - c.sink_tokens)
 
     def _page_mass(self, probs: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """probs (b, Hkv, G, N) -> (b, Hkv, P) page mass pooled over the group."""
@@ -66,11 +95,17 @@ class RaaSState(DroppingState):
 
     def _after_prefill(self, layer: int, q: torch.Tensor, keys: torch.Tensor) -> None:
         t = keys.shape[2]
+        self.prompt_tokens = t
+        if self.keep_prompt:  # no prompt page is ever a candidate: no prompt scoring
+            self.stamp[layer] = torch.zeros(*keys.shape[:2], 0, device=keys.device)
+            return
         probs = prompt_attention(q, keys, first_query=t - 1)[:, :, None]  # (b, Hkv, 1, T), group summed
         mass = self._page_mass(probs, t)
         self.stamp[layer] = mass / (mass.amax(-1, keepdim=True) + 1.0) - 1.0  # in [-1, 0), same order
 
     def _evict(self, layer: int, keep: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        if self.keep_prompt:
+            return self._evict_decoded(layer, keep, n_tokens)
         p = self.p
         stamp = self._stamps(layer, n_tokens)
         cur = (n_tokens - 1) // p
@@ -85,10 +120,32 @@ class RaaSState(DroppingState):
         tokens = (drop[..., None] * p + torch.arange(p, device=keep.device)).flatten(2)
         return keep.scatter(2, tokens, False)
 
+    def _evict_decoded(self, layer: int, keep: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        """The paper's rule: prompt kept; among the whole decoded pages outside the window, at most K held."""
+        p, t = self.p, self.prompt_tokens
+        n_decoded = n_tokens - t
+        stamp = self._stamps(layer, n_decoded)
+        # decoded page j = tokens [t + j p, t + (j + 1) p); candidates: whole pages wholly before the window
+        n_cand = min(n_decoded // p, max(0, n_tokens - self.config.window_tokens - t) // p)
+        if n_cand == 0:
+            return keep
+        held = keep[:, :, t:t + n_cand * p].reshape(*keep.shape[:2], n_cand, p).any(-1)  # (b, Hkv, n_cand)
+        n_drop = int(held[0, 0].sum()) - self.config.selected_pages  # same count in every row
+        if n_drop <= 0:
+            return keep
+        drop = lowest_kept(stamp[:, :, :n_cand], held, n_drop)  # (b, Hkv, n_drop) decoded page ids
+        tokens = (t + drop[..., None] * p + torch.arange(p, device=keep.device)).flatten(2)
+        return keep.scatter(2, tokens, False)
+
     def _observe(self, layer: int, probs: torch.Tensor, keep: torch.Tensor) -> None:
         n = keep.shape[2]
-        stamp = self._stamps(layer, n)
-        important = self._page_mass(probs, n) > self.alpha
+        if self.keep_prompt:
+            t = self.prompt_tokens
+            stamp = self._stamps(layer, n - t)
+            important = self._page_mass(probs[..., t:], n - t) > self.alpha
+        else:
+            stamp = self._stamps(layer, n)
+            important = self._page_mass(probs, n) > self.alpha
         self.stamp[layer] = torch.where(important, float(self.step + 1), stamp)
 
 

@@ -20,7 +20,8 @@ Per sparse layer (layers not in `config.dense_layers`; those attend densely over
   re-factorises: the whole chunks that left the window are folded into the SVD (incremental SVD of
   [U SV; K_new], `LowRankKeys.fold`), their landmarks are added, the outlier set is recomputed over all
   chunks, their values go to the host. Then: landmark scores of the query (per query head softmax of
-  q . landmark / sqrt(d) over the candidate chunks, the max over the GQA group: ShadowKV's pooling),
+  q . landmark / sqrt(128), ShadowKV's fixed scale whatever d, over the candidate chunks, the max over the
+  GQA group: ShadowKV's pooling),
   the top-k chunks, k = (budget - sink - recent) // p - outliers (so sink + window + outliers +
   selected <= budget_tokens, the project's convention; the recent window grows between
   re-factorisations, so k shrinks with it). Only the VALUES of the selected chunks the device does not
@@ -42,8 +43,11 @@ sink_tokens (exact first tokens; 0 is ShadowKV's own), window_tokens (exact rece
 keeps 4 local chunks plus every generated token), dense_layers (FreeKV baseline: layer 0).
 `group_pooling` / `page_summary` do not apply (ShadowKV pools softmaxes by max; landmarks are means).
 `config.knobs` (traces.catalogue.retrieval.ShadowKVKnobs):
-- `rank` (default 160, ShadowKV's for d = 128 models): SVD rank, capped at the matrix rank
-  min(tokens, Hkv d) (e.g. smollm2-135m has Hkv d = 192; a short region caps it at its tokens);
+- `rank` (default null: ShadowKV's share of the key width, 160 of Hkv d = 8 x 128 = 1024 on Llama-3-8B,
+  bytedance/ShadowKV models/llama.py:86 and kv_cache.py:212, i.e. round(160/1024 Hkv d): 30 of 192 on
+  smollm2-135m, 160 on Llama-3.1-8B; `traces.catalogue.retrieval.shadowkv_rank`): SVD rank, capped at the
+  matrix rank min(tokens, Hkv d) (a short region caps it at its tokens). A fixed 160 on a model whose keys
+  are narrower than 1024 keeps them almost exact and overstates ShadowKV's accuracy;
 - `outlier_chunks` (default: 3/16 of the selectable tokens (budget - sink - window) in chunks, ShadowKV_CPU's
   share: 24 chunks of 8 per 1024 sparse-budget tokens, kv_cache.py:398; ShadowKVCache fixes 48,
   kv_cache.py:136): outlier chunks per KV head, capped so that they always fit the budget;
@@ -84,6 +88,7 @@ from freekv_runtime.policies.base import (
 )
 from freekv_runtime.recall import DeviceStreams
 from freekv_runtime.timing import OpTimer
+from traces.catalogue.retrieval import shadowkv_rank
 
 __all__ = ["ShadowKVPolicy", "ShadowKVState"]
 
@@ -137,6 +142,7 @@ class ShadowKVState(PolicyState):
         self._initial = [[list(empty) for _ in range(shape.n_layers)] for _ in range(batch_size)]
         self.log = StepLog(batch_size, shape.n_layers, shape.n_kv_heads, self.config.measure_attention_mass)
         self.n_slots = (self.config.budget_tokens - self.config.sink_tokens) // self.p
+        self.rank = shadowkv_rank(policy.rank, shape.n_kv_heads, shape.head_dim)
 
     # ---- inputs ----
     def layer_inputs(self, layer: int, hidden: torch.Tensor, k_pre_rope: torch.Tensor, start: int) -> None:
@@ -165,7 +171,7 @@ class ShadowKVState(PolicyState):
         pre = self._take_pre(layer, k.shape[2])
         t = k.shape[2]
         sink, fact_end = min(self.config.sink_tokens, t), self._fact_target(t)
-        ls = ShadowKVLayer.from_prompt(k, v, pre, sink, fact_end, self.policy.rank, self.n_slots, self.p,
+        ls = ShadowKVLayer.from_prompt(k, v, pre, sink, fact_end, self.rank, self.n_slots, self.p,
                                        self.device, self.config.measure_attention_mass)
         self.layers[layer] = ls
         with self.timer.op("refactorise"):

@@ -16,6 +16,8 @@ TASKS: dict[str, str] = {
     "longgen": "freekv_runtime.tasks.longgen:LongGenTask",
     "niah_single": "freekv_runtime.tasks.niah:NiahSingleTask",
     "niah_multikey": "freekv_runtime.tasks.niah:NiahMultiKeyTask",
+    "niah_multikey_2": "freekv_runtime.tasks.niah:NiahMultiKey2Task",
+    "niah_multikey_3": "freekv_runtime.tasks.niah:NiahMultiKey3Task",
     "niah_multivalue": "freekv_runtime.tasks.niah:NiahMultiValueTask",
     "niah_multiquery": "freekv_runtime.tasks.niah:NiahMultiQueryTask",
     "vt": "freekv_runtime.tasks.variable_tracking:VariableTrackingTask",

@@ -135,6 +135,10 @@ class Task(Protocol):
         """RuntimeInputError for parameters the task cannot run with (before any model is loaded)."""
         ...
 
+    # Optional: `generation_notes(spec) -> list[str]`, where the run's generation settings differ from the
+    # benchmark's official ones (run_trace records them in summary.json as `task_notes`; `dse trace`
+    # prints them with the score).
+
     def run(self, spec: TaskSpec, runner: SequenceRunner, seed: int) -> dict[str, Estimate]:
         """Run all samples of `spec`; metric name -> value with its 95% interval (freekv_runtime.stats)
         and its per-sample results (Estimate.samples, ids from `sample_id`)."""

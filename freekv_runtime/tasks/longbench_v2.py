@@ -19,6 +19,7 @@ from typing import Any
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, proportion
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, chat_prompt, field, find_records, truncate_middle
 from freekv_runtime.tasks.ruler_common import check_params, encode
@@ -49,7 +50,17 @@ def extract_choice(response: str) -> str | None:
 class LongBenchV2Task:
     name = "longbench_v2"
     metrics = ("longbench_v2_accuracy",)
-    default_decode_tokens = 32
+    default_decode_tokens = 128  # LongBench v2 pred.py max_new_tokens (no CoT)
+
+    def generation_notes(self, spec: TaskSpec) -> list[str]:
+        """Where this run's generation differs from LongBench v2's official settings (THUDM/LongBench
+        pred.py: temperature 0.1, max_new_tokens 128 without CoT; rooikeee/FreeKV
+        accuracy/eval/LongBench2/pred.py:106 the same)."""
+        notes = ["longbench_v2: greedy decoding, where the official pred.py samples at temperature 0.1"]
+        n = spec.decode_tokens or self.default_decode_tokens
+        if n != 128:
+            notes.append(f"longbench_v2: {n} decode tokens, the official max_new_tokens is 128")
+        return notes
     needs_attention_mass = False
 
     def records(self, spec: TaskSpec) -> list[dict[str, Any]]:
@@ -93,7 +104,7 @@ class LongBenchV2Task:
         outputs = runner.generate_batch(
             self.prompts(spec, runner.tokenizer), spec.decode_tokens or self.default_decode_tokens
         )
-        answers = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        answers = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         return {"longbench_v2_accuracy": proportion(
             [extract_choice(a) == str(r["answer"]).strip() for r, a in zip(records, answers, strict=True)],
             ids=[sample_id(spec, seed, key) for key in record_ids(records)], answers=answers,

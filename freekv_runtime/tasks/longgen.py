@@ -27,6 +27,7 @@ import numpy as np
 from freekv_runtime.cache_files import read_cached, write_cached
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.fidelity import _prose_tokens, kl_divergence_nats
 from freekv_runtime.tasks.text import PROSE_SOURCE
@@ -127,7 +128,7 @@ class LongGenTask:
             if logits is not None and dense_logits is not None:
                 kl.append(float(kl_divergence_nats(dense_logits, logits).mean()))
         ids = [sample_id(spec, seed, i) for i in range(len(prompts))]
-        answers = [runner.tokenizer.decode(tokens, skip_special_tokens=True) for tokens, _ in policy]
+        answers = [answer_text(runner.tokenizer, tokens) for tokens, _ in policy]
         return {
             "longgen_agreement": bootstrap_mean(agree, seed, ids=ids, answers=answers),
             "longgen_divergence_step": bootstrap_mean(first, seed, ids=ids, answers=answers),

@@ -27,6 +27,7 @@ from typing import Any
 from freekv_runtime.decode import Sampling
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode
@@ -67,6 +68,20 @@ class LongGenBenchTask:
     name = "longgenbench"
     metrics = ("longgenbench_completion_rate", "longgenbench_accuracy", "longgenbench_cr_x_acc")
     default_decode_tokens = 1024  # the FreeKV paper generated up to 16K tokens
+
+    def generation_notes(self, spec: TaskSpec) -> list[str]:
+        """Where this run's generation differs from the official setting: LongGenBench short generates
+        up to 16000 tokens, long up to 32000 (rooikeee/FreeKV accuracy/eval/LongGenBench/pred.py:293-296);
+        sampling (temperature, top_p) follows the benchmark's inference.py defaults unless changed."""
+        n = spec.decode_tokens or self.default_decode_tokens
+        notes = []
+        if n < 16000:
+            notes.append(f"longgenbench: {n} decode tokens, the official run generates up to 16000 "
+                         "(short) or 32000 (long): blocks past the budget count as missing")
+        t, top_p = spec.params.get("temperature", 0.95), spec.params.get("top_p", 0.95)
+        if (float(t), float(top_p)) != (0.95, 0.95):
+            notes.append(f"longgenbench: temperature {t}, top_p {top_p}; the benchmark's are 0.95, 0.95")
+        return notes
     needs_attention_mass = False
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:
@@ -110,7 +125,7 @@ class LongGenBenchTask:
         )
         cr, acc, both, texts = [], [], [], []
         for r, (ids, _) in zip(records, outputs, strict=True):
-            text = str(r.get("prefix", "")) + runner.tokenizer.decode(ids, skip_special_tokens=True)
+            text = str(r.get("prefix", "")) + answer_text(runner.tokenizer, ids)
             texts.append(text)
             blocks = split_blocks(text, str(r["type"]))
             number = int(r["number"])
@@ -133,5 +148,5 @@ class LongGenBenchTask:
         prompts = [encode(runner.tokenizer, JUDGE.format(block=b, event=e)) for b, e in judged]
         answers = runner.dense_generate_batch(prompts, JUDGE_TOKENS)
         return [
-            "yes" in runner.tokenizer.decode(a, skip_special_tokens=True).strip().lower() for a in answers
+            "yes" in answer_text(runner.tokenizer, a).strip().lower() for a in answers
         ]

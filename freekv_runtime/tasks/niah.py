@@ -10,10 +10,17 @@ As NVIDIA/RULER's `scripts/data/synthetic/niah.py` builds them: needles "One of 
 (RULER: wonderwords adjective-noun), values 7-digit numbers (or words, or UUIDs). Score: RULER's
 string_match_all over the queried keys' values.
 
-Variants (RULER's synthetic.yaml): `niah_single` 1 key, 1 value, 1 query; `niah_multikey` 4 keys (3
-distractors), 1 query; `niah_multivalue` 1 key with 4 values; `niah_multiquery` 4 keys, all 4 queried.
-Difficulty params: num_keys, num_values, num_queries, value_type (numbers | words | uuids), haystack
-(prose | noise). RULER generates 128 tokens; the defaults here are shorter (enough for the answer).
+Variants (NVIDIA/RULER scripts/synthetic.yaml): `niah_single` 1 key, 1 value, 1 query; `niah_multikey`
+4 keys (3 distractors), 1 query (multikey_1); `niah_multikey_2` 1 key in a haystack made of distractor
+needles (type_haystack needle, word keys, number values); `niah_multikey_3` the same with uuid keys and
+uuid values; `niah_multivalue` 1 key with 4 values; `niah_multiquery` 4 keys, all 4 queried.
+Difficulty params: num_keys, num_values, num_queries, key_type (words | uuids), value_type (numbers |
+words | uuids), haystack (prose | noise | needles), template (plain | chat: the model's chat template,
+the answer prefix opening the assistant turn). Distractor needles get fresh random keys and values of
+the same types (RULER niah.py `type_haystack == 'needle'`). Word keys are never words of the prose
+haystack: prose sentences holding a key's word are skipped (RULER's wonderwords keys do not occur in its
+essays). Decode budget: RULER's tokens_to_generate for niah, 128 (scripts/data/synthetic/constants.py);
+generation is scored up to the first end token (tasks/answer.py).
 Metric: `<variant>_score` (fraction 0..1).
 """
 
@@ -26,18 +33,24 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     DEPTHS,
     HAYSTACKS,
+    RULER_TOKENS_TO_GENERATE,
+    chat_wrap,
     check_params,
     haystack_prompt,
     int_param,
     prose_words,
     score_samples,
+    template_param,
 )
 
-__all__ = ["NiahSingleTask", "NiahMultiKeyTask", "NiahMultiValueTask", "NiahMultiQueryTask", "NiahSample"]
+__all__ = ["NiahSingleTask", "NiahMultiKeyTask", "NiahMultiKey2Task", "NiahMultiKey3Task",
+           "NiahMultiValueTask",
+           "NiahMultiQueryTask", "NiahSample"]
 
 NEEDLE = "One of the special magic {type_v} for {key} is: {value}."
 TEMPLATE_HEAD = (
@@ -47,6 +60,7 @@ TEMPLATE_HEAD = (
 TEMPLATE_TAIL = "\nWhat are all the special magic {type_v} for {query} mentioned in the provided text?"
 ANSWER_PREFIX = " The special magic {type_v} for {query} mentioned in the provided text are"
 VALUE_TYPES = ("numbers", "words", "uuids")
+KEY_TYPES = ("words", "uuids")
 
 
 class NiahSample:
@@ -66,7 +80,8 @@ def _random_value(kind: str, rng: np.random.Generator) -> str:
 class _Niah:
     name: ClassVar[str]
     defaults: ClassVar[dict[str, int]]
-    default_decode_tokens: ClassVar[int]
+    text_defaults: ClassVar[dict[str, str]] = {}  # key_type, value_type, haystack where RULER's differ
+    default_decode_tokens = RULER_TOKENS_TO_GENERATE["niah"]
     needs_attention_mass = False
 
     @property
@@ -75,15 +90,17 @@ class _Niah:
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:
         p = spec.params
-        check_params(self.name, p, {"num_keys", "num_values", "num_queries", "value_type", "haystack"})
-        out = {k: int_param(self.name, p, k, v, 1, 16) for k, v in self.defaults.items()}
+        check_params(self.name, p, {"num_keys", "num_values", "num_queries", "key_type", "value_type",
+                                    "haystack", "template"})
+        out: dict[str, Any] = {k: int_param(self.name, p, k, v, 1, 16) for k, v in self.defaults.items()}
         out["num_keys"] = max(out["num_keys"], out["num_queries"])  # as RULER does
-        out["value_type"] = p.get("value_type", "numbers")
-        if out["value_type"] not in VALUE_TYPES:
-            raise RuntimeInputError(
-                f"{self.name} value_type must be one of {VALUE_TYPES}, got {out['value_type']!r}"
-            )
-        out["haystack"] = p.get("haystack", "prose")
+        out["template"] = template_param(self.name, p)
+        d = {"key_type": "words", "value_type": "numbers", "haystack": "prose", **self.text_defaults}
+        for name, valid in (("key_type", KEY_TYPES), ("value_type", VALUE_TYPES)):
+            out[name] = p.get(name, d[name])
+            if out[name] not in valid:
+                raise RuntimeInputError(f"{self.name} {name} must be one of {valid}, got {out[name]!r}")
+        out["haystack"] = p.get("haystack", d["haystack"])
         if out["haystack"] not in HAYSTACKS:
             raise RuntimeInputError(
                 f"{self.name} haystack must be one of {HAYSTACKS}, got {out['haystack']!r}"
@@ -103,10 +120,11 @@ class _Niah:
         p = self._params(spec)
         rng = np.random.default_rng(seed)
         prompt_tokens = spec.context_tokens - (spec.decode_tokens or self.default_decode_tokens)
-        type_v = p["value_type"]
+        type_v, type_k = p["value_type"], p["key_type"]
+        before, after = chat_wrap(tokenizer, p["template"])
         out = []
         for _ in range(spec.n_samples):
-            keys = [_random_value("words", rng) for _ in range(p["num_keys"])]
+            keys = [_random_value(type_k, rng) for _ in range(p["num_keys"])]
             values = [[_random_value(type_v, rng) for _ in range(p["num_values"])] for _ in keys]
             needles = [
                 NEEDLE.format(type_v=type_v, key=k, value=v)
@@ -125,14 +143,25 @@ class _Niah:
                 tail = tail.replace("are all", "is").replace("are", "is")
                 prefix = prefix.replace("are", "is")
                 shown_type = type_v[:-1]
+
+            def distractor(g: np.random.Generator, type_v: str = type_v, keys: list[str] = keys) -> str:
+                key = _random_value(type_k, g)
+                while key in keys:  # a distractor never repeats a real key
+                    key = _random_value(type_k, g)
+                return NEEDLE.format(type_v=type_v, key=key, value=_random_value(type_v, g))
+
+            key_words = frozenset(w for k in keys for w in k.split("-")) if type_k == "words" else frozenset()
             ids = haystack_prompt(
                 tokenizer,
                 prompt_tokens,
-                head.format(type_v=shown_type),
+                before + head.format(type_v=shown_type),
                 list(zip(depths.tolist(), needles, strict=True)),
-                tail.format(type_v=shown_type, query=query) + prefix.format(type_v=shown_type, query=query),
+                tail.format(type_v=shown_type, query=query) + after
+                + prefix.format(type_v=shown_type, query=query),
                 p["haystack"],
                 rng,
+                distractor=distractor,
+                exclude_words=key_words,
             )
             out.append(NiahSample(ids, [v for i in asked for v in values[i]]))
         return out
@@ -142,7 +171,7 @@ class _Niah:
         outputs = runner.generate_batch(
             [s.token_ids for s in samples], spec.decode_tokens or self.default_decode_tokens
         )
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         ids = [sample_id(spec, seed, i) for i in range(len(samples))]
         return {self.metrics[0]: score_samples(preds, [s.answers for s in samples], "all", seed, ids)}
 
@@ -150,22 +179,34 @@ class _Niah:
 class NiahSingleTask(_Niah):
     name = "niah_single"
     defaults = {"num_keys": 1, "num_values": 1, "num_queries": 1}
-    default_decode_tokens = 16
 
 
 class NiahMultiKeyTask(_Niah):
     name = "niah_multikey"
     defaults = {"num_keys": 4, "num_values": 1, "num_queries": 1}
-    default_decode_tokens = 16
+
+
+class NiahMultiKey2Task(_Niah):
+    """RULER niah_multikey_2: one key hidden in a haystack of distractor needles (word keys, numbers)."""
+
+    name = "niah_multikey_2"
+    defaults = {"num_keys": 1, "num_values": 1, "num_queries": 1}
+    text_defaults = {"haystack": "needles"}
+
+
+class NiahMultiKey3Task(_Niah):
+    """RULER niah_multikey_3: as niah_multikey_2 with uuid keys and uuid values."""
+
+    name = "niah_multikey_3"
+    defaults = {"num_keys": 1, "num_values": 1, "num_queries": 1}
+    text_defaults = {"haystack": "needles", "key_type": "uuids", "value_type": "uuids"}
 
 
 class NiahMultiValueTask(_Niah):
     name = "niah_multivalue"
     defaults = {"num_keys": 1, "num_values": 4, "num_queries": 1}
-    default_decode_tokens = 48
 
 
 class NiahMultiQueryTask(_Niah):
     name = "niah_multiquery"
     defaults = {"num_keys": 4, "num_values": 1, "num_queries": 4}
-    default_decode_tokens = 48

@@ -24,6 +24,7 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, proportion
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.text import reference_prose, split_sentences
 
@@ -165,7 +166,7 @@ class PasskeyTask:
         decode_tokens = spec.decode_tokens or self.default_decode_tokens
         prompts = self.prompts(spec, runner.tokenizer, seed)
         outputs = runner.generate_batch([p.token_ids for p in prompts], decode_tokens)
-        answers = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        answers = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         return {"passkey_accuracy": proportion(
             [str(p.key) in a for p, a in zip(prompts, answers, strict=True)],
             ids=[sample_id(spec, seed, i) for i in range(len(prompts))], answers=answers,

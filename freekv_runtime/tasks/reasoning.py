@@ -31,6 +31,7 @@ import numpy as np
 from freekv_runtime.decode import Sampling
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate, bootstrap_mean, proportion
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, chat_prompt, field, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode, int_param
@@ -174,7 +175,7 @@ class _Reasoning:
             prompts += [ids] * k
             seeds += [seed * 1_000_003 + i * k + j for j in range(k)]
         outputs = runner.generate_batch(prompts, n_new, p["sampling"], seeds)
-        texts = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        texts = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         hits = np.array(
             [self.correct(text, problems[n // k][1]) for n, text in enumerate(texts)]
         ).reshape(len(problems), k)

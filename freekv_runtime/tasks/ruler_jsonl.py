@@ -18,6 +18,7 @@ from typing import Any
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, record_ids, sample_id
 from freekv_runtime.tasks.local_data import DataSource, find_records
 from freekv_runtime.tasks.ruler_common import check_params, encode, score_samples
@@ -91,7 +92,7 @@ class RulerJsonlTask:
                 "length or raise context_tokens"
             )
         outputs = runner.generate_batch(prompts, n_new)
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         refs = [[str(o) for o in r["outputs"]] for r in records]
         ids = [sample_id(spec, seed, key) for key in record_ids(records)]
         return {"ruler_score": score_samples(preds, refs, ruler_metric(task), seed, ids)}

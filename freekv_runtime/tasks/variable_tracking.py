@@ -21,16 +21,22 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
     HAYSTACKS,
+    RULER_TOKENS_TO_GENERATE,
+    chat_wrap,
     check_params,
     haystack_prompt,
     int_param,
     score_samples,
+    template_param,
 )
 
 __all__ = ["VariableTrackingTask"]
+
+VT_HAYSTACKS = tuple(h for h in HAYSTACKS if h != "needles")  # distractor needles are niah's
 
 HEAD = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
 TAIL = "\nQuestion: Find all variables that are assigned the value {value} in the text above."
@@ -74,18 +80,19 @@ def _interleave(lines: list[list[str]], rng: np.random.Generator) -> list[str]:
 class VariableTrackingTask:
     name = "vt"
     metrics = ("vt_score",)
-    default_decode_tokens = 30  # as RULER
+    default_decode_tokens = RULER_TOKENS_TO_GENERATE["variable_tracking"]  # 30
     needs_attention_mass = False
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:
-        check_params(self.name, spec.params, {"num_chains", "num_hops", "haystack"})
+        check_params(self.name, spec.params, {"num_chains", "num_hops", "haystack", "template"})
         haystack = spec.params.get("haystack", "prose")
-        if haystack not in HAYSTACKS:
-            raise RuntimeInputError(f"vt haystack must be one of {HAYSTACKS}, got {haystack!r}")
+        if haystack not in VT_HAYSTACKS:
+            raise RuntimeInputError(f"vt haystack must be one of {VT_HAYSTACKS}, got {haystack!r}")
         return {
             "num_chains": int_param(self.name, spec.params, "num_chains", 1, 1, 16),
             "num_hops": int_param(self.name, spec.params, "num_hops", 4, 1, 32),
             "haystack": haystack,
+            "template": template_param(self.name, spec.params),
         }
 
     def check(self, spec: TaskSpec) -> None:
@@ -100,15 +107,16 @@ class VariableTrackingTask:
         p = self._params(spec)
         rng = np.random.default_rng(seed)
         prompt_tokens = spec.context_tokens - (spec.decode_tokens or self.default_decode_tokens)
+        before, after = chat_wrap(tokenizer, p["template"])
         out = []
         for _ in range(spec.n_samples):
             variables, lines = _chains(p["num_chains"], p["num_hops"], rng)
             flat = _interleave(lines, rng)
             depths = np.sort(rng.uniform(0.0, 1.0, size=len(flat)))
             value = lines[0][0].split("=")[-1].strip()
-            tail = TAIL.format(value=value) + ANSWER_PREFIX.format(n=p["num_hops"] + 1, value=value)
+            tail = TAIL.format(value=value) + after + ANSWER_PREFIX.format(n=p["num_hops"] + 1, value=value)
             inserts = [(float(d), line + ".") for d, line in zip(depths, flat, strict=True)]
-            ids = haystack_prompt(tokenizer, prompt_tokens, HEAD, inserts, tail, p["haystack"], rng)
+            ids = haystack_prompt(tokenizer, prompt_tokens, before + HEAD, inserts, tail, p["haystack"], rng)
             out.append((ids, variables[0]))
         return out
 
@@ -117,6 +125,6 @@ class VariableTrackingTask:
         outputs = runner.generate_batch(
             [ids for ids, _ in samples], spec.decode_tokens or self.default_decode_tokens
         )
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         ids = [sample_id(spec, seed, i) for i in range(len(samples))]
         return {"vt_score": score_samples(preds, [answer for _, answer in samples], "all", seed, ids)}

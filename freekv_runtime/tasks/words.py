@@ -29,14 +29,18 @@ import numpy as np
 
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.stats import Estimate
+from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import SequenceRunner, TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import (
+    RULER_TOKENS_TO_GENERATE,
+    chat_wrap,
     check_params,
     encode,
     int_param,
     padded_prompt,
     prose_words,
     score_samples,
+    template_param,
 )
 
 __all__ = ["CommonWordsTask", "FrequentWordsTask", "zeta"]
@@ -118,7 +122,7 @@ class _Words:
         outputs = runner.generate_batch(
             [ids for ids, _ in samples], spec.decode_tokens or self.default_decode_tokens
         )
-        preds = [runner.tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outputs]
+        preds = [answer_text(runner.tokenizer, ids) for ids, _ in outputs]
         ids = [sample_id(spec, seed, i) for i in range(len(samples))]
         return {self.metric: score_samples(preds, [a for _, a in samples], "all", seed, ids)}
 
@@ -126,12 +130,13 @@ class _Words:
 class CommonWordsTask(_Words):
     name = "cwe"
     metric = "cwe_score"
-    default_decode_tokens = 64  # RULER: 120
+    default_decode_tokens = RULER_TOKENS_TO_GENERATE["common_words_extraction"]  # 120
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:
-        check_params(self.name, spec.params, {"num_cw", "freq_cw", "freq_ucw"})
+        check_params(self.name, spec.params, {"num_cw", "freq_cw", "freq_ucw", "template"})
         short = spec.context_tokens < 4096
         return {
+            "template": template_param(self.name, spec.params),
             "num_cw": int_param(self.name, spec.params, "num_cw", 10, 1, 50),
             "freq_cw": int_param(self.name, spec.params, "freq_cw", 6 if short else 30, 2, 1000),
             "freq_ucw": int_param(self.name, spec.params, "freq_ucw", 1 if short else 3, 1, 1000),
@@ -147,7 +152,9 @@ class CommonWordsTask(_Words):
         pool = [words[i] for i in order]
         common = pool[: p["num_cw"]]
         n = p["num_cw"]
-        tail = CWE_TAIL.format(n=n) + CWE_PREFIX.format(n=n)
+        before, after = chat_wrap(tokenizer, p["template"])
+        lead = encode(tokenizer, before) if before else []
+        tail = CWE_TAIL.format(n=n) + after + CWE_PREFIX.format(n=n)
         shuffle_seed = int(rng.integers(2**31))
 
         def build(n_uncommon: int) -> list[int]:
@@ -157,21 +164,22 @@ class CommonWordsTask(_Words):
             body = " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
             return encode(tokenizer, CWE_HEAD + body + tail)
 
-        ids = _largest_fit(build, prompt_tokens, 0, len(pool) - n)
-        return padded_prompt(tokenizer, prompt_tokens, ids, rng), common
+        ids = _largest_fit(build, prompt_tokens - len(lead), 0, len(pool) - n)
+        return padded_prompt(tokenizer, prompt_tokens, ids, rng, lead), common
 
 
 class FrequentWordsTask(_Words):
     name = "fwe"
     metric = "fwe_score"
-    default_decode_tokens = 24  # RULER: 50
+    default_decode_tokens = RULER_TOKENS_TO_GENERATE["freq_words_extraction"]  # 50
 
     def _params(self, spec: TaskSpec) -> dict[str, Any]:
-        check_params(self.name, spec.params, {"alpha", "coded_wordlen", "vocab_size"})
+        check_params(self.name, spec.params, {"alpha", "coded_wordlen", "vocab_size", "template"})
         alpha = spec.params.get("alpha", 2.0)
         if not isinstance(alpha, int | float) or not 1.0 < float(alpha) <= 10.0:
             raise RuntimeInputError(f"fwe param alpha must be a number in (1, 10], got {alpha!r}")
         return {
+            "template": template_param(self.name, spec.params),
             "alpha": float(alpha),
             "coded_wordlen": int_param(self.name, spec.params, "coded_wordlen", 6, 2, 16),
             # RULER: max_seq_length // 50
@@ -192,12 +200,14 @@ class FrequentWordsTask(_Words):
         k = np.arange(1, len(vocab) + 1, dtype=np.float64)
         share = k ** -p["alpha"] / zeta(p["alpha"])
         shuffle_seed = int(rng.integers(2**31))
+        before, after = chat_wrap(tokenizer, p["template"])
+        lead = encode(tokenizer, before) if before else []
 
         def build(num_words: int) -> list[int]:
             counts = (num_words * share).astype(int)
             items = [w for w, c in zip(vocab, counts, strict=True) for _ in range(c)]
             np.random.default_rng(shuffle_seed).shuffle(items)
-            return encode(tokenizer, FWE_HEAD + " ".join(items) + FWE_TAIL + FWE_PREFIX)
+            return encode(tokenizer, FWE_HEAD + " ".join(items) + FWE_TAIL + after + FWE_PREFIX)
 
-        ids = _largest_fit(build, prompt_tokens, 1, prompt_tokens * 2)
-        return padded_prompt(tokenizer, prompt_tokens, ids, rng), vocab[1:4]
+        ids = _largest_fit(build, prompt_tokens - len(lead), 1, prompt_tokens * 2)
+        return padded_prompt(tokenizer, prompt_tokens, ids, rng, lead), vocab[1:4]

@@ -77,6 +77,7 @@ from sim.methods.decoder_layer import (
 from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
 from sim.sm_occupancy import co_runner_sm_share
+from traces.catalogue.retrieval import shadowkv_rank
 from traces.models import ModelSpec
 
 __all__ = ["ShadowKV", "SHADOWKV_DECODER"]
@@ -227,6 +228,10 @@ class ShadowKV(DecoderMethod):
             out[run_bytes == size] = float(ctx.cost.copy_s(size, int(size), "d2h"))
         return out
 
+    def rank(self, model: ModelSpec) -> int:
+        """The SVD rank: the `rank` knob, or ShadowKV's 160/1024 share of the model's Hkv * d."""
+        return shadowkv_rank(self.knobs.rank, model.n_kv_heads, model.head_dim)
+
     def svd_s(self, ctx: CostContext, rows: np.ndarray) -> np.ndarray:
         """Time of the batch's SVDs of (rows x n_kv*d) fp32 key matrices plus the rank-r refit of U."""
         m, cfg = ctx.model, ctx.cfg
@@ -236,8 +241,8 @@ class ShadowKV(DecoderMethod):
         gpu = ctx.profile.gpu
         seconds = flops / (gpu.peak_fp16_tflops * 1e12 * self.knobs.svd_flops_fraction)
         refit = ctx.cost.kernel_s(
-            2.0 * cfg.batch_size * rows * n * self.knobs.rank,
-            cfg.batch_size * rows * (n * 4 + self.knobs.rank * cfg.dtype_bytes),
+            2.0 * cfg.batch_size * rows * n * self.rank(m),
+            cfg.batch_size * rows * (n * 4 + self.rank(m) * cfg.dtype_bytes),
             3,
         )
         return seconds + refit
@@ -326,7 +331,7 @@ class ShadowKV(DecoderMethod):
         hit_tokens = np.maximum(0.0, heads * cfg.selected_tokens - missed_tokens)
         skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
         rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
-        rank = self.knobs.rank
+        rank = self.rank(m)
         rebuild = ctx.cost.kernel_s(
             2.0 * rows * rank * d,
             rows * (rank + 3 * d) * dt + heads * rank * d * dt + 2.0 * hit_tokens * d * dt,
@@ -344,7 +349,8 @@ class ShadowKV(DecoderMethod):
         ctx_tokens = cfg.max_context_tokens
         n_sparse, n_dense = layer_split(cfg, model)
         landmarks = -(-ctx_tokens // self.knobs.chunk_tokens) * n_kv * (d * dt + 8)
-        low_rank = ctx_tokens * self.knobs.rank * dt + n_kv * d * self.knobs.rank * dt
+        rank = self.rank(model)
+        low_rank = ctx_tokens * rank * dt + n_kv * d * rank * dt
         outliers = outlier_chunks(cfg.selected_tokens)
         buffered = (
             cfg.budget_tokens + outliers * self.knobs.chunk_tokens + self.uncompressed_tokens(cfg)

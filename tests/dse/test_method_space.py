@@ -106,9 +106,9 @@ def test_the_grid_over_a_conditional_space_yields_every_distinct_configuration(t
 
 def test_method_knobs_reach_the_runtime_and_the_simulator_model_that_takes_them(tmp_path: Path) -> None:
     study = _load(tmp_path)
-    raas = TrialConfig("raas", None, 16, 128, 32, 32, None, None, {"alpha": 0.05, "group": "mean"})
+    raas = TrialConfig("raas", None, 16, 128, 32, 32, None, None, {"alpha": 0.05, "group": "max"})
     runtime = _runtime_config(study, raas)
-    assert runtime.method == "raas" and runtime.knobs.changed() == {"alpha": 0.05, "group": "mean"}
+    assert runtime.method == "raas" and runtime.knobs.changed() == {"alpha": 0.05, "group": "max"}
     freekv = TrialConfig("freekv", 0.8, 16, 128, 32, 32, "mean", "box", {"staging_pages": 2})
     runtime = _runtime_config(study, freekv)
     k = runtime.knobs

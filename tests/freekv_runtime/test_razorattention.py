@@ -82,10 +82,41 @@ def test_probe_finds_the_planted_heads() -> None:
 def test_retrieval_heads_rule() -> None:
     ind = np.array([[0.9, 0.1, 0.2, 0.3], [0.0, 0.0, 0.5, 0.0]])
     echo = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.7, 0.0, 0.0]])
-    heads = retrieval_kv_heads(ind, echo, 0.25, 0.125, n_kv_heads=2)  # top 2 induction + top 1 echo
+    # "kv" (default): KV-head scores = the group's best query head: induction [[0.9, 0.3], [0.0, 0.5]],
+    # echo [[0, 0], [0.7, 0]]; of the 4 KV heads the top ceil(0.25 * 4) = 1 by induction, 1 by echo
+    heads = retrieval_kv_heads(ind, echo, 0.25, 0.25, n_kv_heads=2)
+    np.testing.assert_array_equal(heads, [[True, False], [True, False]])
+    # "any_query": top 2 of 8 query heads by induction + top 1 by echo, then any query head of the group
+    heads = retrieval_kv_heads(ind, echo, 0.25, 0.125, n_kv_heads=2, gqa="any_query")
     np.testing.assert_array_equal(heads, [[True, False], [True, True]])
     none = retrieval_kv_heads(ind, echo, 0.0, 0.0, n_kv_heads=2)
     assert not none.any()
+
+
+def test_share_of_kv_heads_kept_whole_is_the_fraction() -> None:
+    """Under GQA the default keeps the configured share of KV heads whole (the paper's ~15%), where
+    marking a KV head for any of its query heads keeps more."""
+    g = np.random.default_rng(0)
+    ind, echo = g.random((30, 9)), g.random((30, 9))  # smollm2-135m: 30 layers, 9 query heads, 3 KV heads
+    kv = retrieval_kv_heads(ind, echo, 0.14, 0.01, n_kv_heads=3)
+    assert kv.sum() <= math.ceil(0.14 * 90) + math.ceil(0.01 * 90) == 14  # 15.6% of 90
+    anyq = retrieval_kv_heads(ind, echo, 0.14, 0.01, n_kv_heads=3, gqa="any_query")
+    assert anyq.sum() > kv.sum()
+
+
+def test_window_is_max_of_threshold_and_context_over_ratio() -> None:
+    """Algorithm 1 line 2: L_h = max(S0, ceil(N / C)), S0 = budget - sink - 1 = 11 here, C = 2: at N = 21
+    L_h = 11, at N = 40 L_h = 20; with window_rule budget it stays 11."""
+    state = prepared(config(knobs={**config().knobs.values("runtime"), "compression_ratio": 2.0})).new_state(
+        SHAPE, 1, torch.device("cpu"), torch.float32, OpTimer(torch.device("cpu")))
+    assert [state.window_tokens(n) for n in (21, 40)] == [11, 20]
+    budget = prepared(config(knobs={**config().knobs.values("runtime"), "window_rule": "budget"})).new_state(
+        SHAPE, 1, torch.device("cpu"), torch.float32, OpTimer(torch.device("cpu")))
+    assert budget.window_tokens(40) == 11
+    _, decisions, *_ = _drive(prepared(config(knobs={**config().knobs.values("runtime"),
+                                                     "compression_ratio": 2.0})), prompt=38, steps=2)
+    # N = 39: L_h = 20, a non-retrieval head holds sink 4 + 20 recent + the compensation token
+    assert decisions[0].attended_tokens[0, 2, 0] == 4 + 20 + 1
 
 
 def _drive(policy: RazorAttentionPolicy, prompt: int, steps: int, seed: int = 0):  # noqa: ANN202

@@ -6,6 +6,8 @@ covering the context equalling dense attention; these tests prove ShadowKV's own
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -24,7 +26,9 @@ from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.model import apply_rope
 from freekv_runtime.policies import make_policy
 from freekv_runtime.policies._lowrank import LowRankKeys, chunk_landmarks
+from freekv_runtime.policies._shadowkv_chunks import chunk_scores
 from freekv_runtime.policies.base import AttentionShape
+from traces.catalogue.retrieval import shadowkv_rank
 
 # float32 SVD of a (T, Hkv d) matrix with entries ~N(0, 1): reconstruction error at full rank
 FULL_RANK_ATOL = 1e-4
@@ -70,7 +74,8 @@ def test_landmarks_are_chunk_means_and_outlier_score_is_min_cosine() -> None:
 def test_policy_keys_reproduce_true_keys_at_full_rank_after_refactorisation() -> None:
     """The layer's low-rank factors rebuild the pre-RoPE keys of every factorised token (prompt and the
     decode tokens folded in by re-factorisations) and, rotated, the true post-RoPE keys."""
-    config = config_for("shadowkv")  # page 8, sink 8, window 16, budget 64; refactor every 16 steps
+    # page 8, sink 8, window 16, budget 64; refactor every 16 steps; rank 160 > Hkv d = 32: full rank
+    config = config_for("shadowkv", knobs={"rank": 160})
     episode = make_episode(SHAPE, 83, 40, seed=2)
     run = run_policy(config, [episode])
     flags = np.array([dec.refactorised[0, 1].all() for dec in run.steps])
@@ -122,7 +127,7 @@ def test_value_fetch_counts_only_the_changed_chunks() -> None:
     """page 4, no sink, window 4, budget 16, re-factorise every 4 steps, no outliers. Prefill: chunks 0-3
     factorised, tokens 16-19 exact; k = (16 - recent) // 4."""
     config = RuntimeConfig(method="shadowkv", page_size=4, budget_tokens=16, sink_tokens=0, window_tokens=4,
-                           dense_layers=(0,), knobs={"outlier_chunks": 0})
+                           dense_layers=(0,), knobs={"outlier_chunks": 0, "rank": 160})  # full rank
     episode = _hand_episode([[0, 1, 2], [1, 3], [1, 3], [0, 2], [0, 2, 4]])
     run = run_policy(config, [episode], HAND)
     assert [a.tolist() for a in run.prefill.initial_selected[0][1]] == [[0, 1, 2]]  # k = (16 - 4) // 4
@@ -172,4 +177,29 @@ def test_knobs_are_validated() -> None:
     with pytest.raises(RuntimeConfigError, match="prepare"):
         make_policy(config_for("shadowkv")).new_state(SHAPE, 1, torch.device("cpu"), torch.float32, None)
     policy = make_policy(RuntimeConfig(method="shadowkv"))  # the FreeKV paper's baseline setting
-    assert (policy.rank, policy.refactor_interval, policy.outlier_chunks) == (160, 512, 6)
+    assert (policy.rank, policy.refactor_interval, policy.outlier_chunks) == (None, 512, 6)
+
+
+def test_default_rank_is_shadowkvs_share_of_the_key_width() -> None:
+    """ShadowKV keeps rank 160 of Hkv d = 8 x 128 = 1024 on Llama-3-8B (models/llama.py:86); the default
+    keeps the same share of the model's key width: round(160 / 1024 * Hkv d)."""
+    assert shadowkv_rank(None, 8, 128) == 160
+    assert shadowkv_rank(None, 3, 64) == 30  # smollm2-135m: 30 of 192 (a fixed 160 kept keys almost exact)
+    assert shadowkv_rank(7, 3, 64) == 7
+    run = run_policy(config_for("shadowkv"), [make_episode(SHAPE, 83, 2, seed=2)])
+    assert run.state.rank == round(160 / 1024 * SHAPE.n_kv_heads * SHAPE.head_dim) == 5
+    assert run.state.layers[1].lowrank.rank == 5
+
+
+def test_landmark_scores_use_shadowkvs_fixed_scale() -> None:
+    """Softmax of q . landmark / sqrt(128) per query head (kv_cache.py:289), then the max over the group,
+    whatever the head dim (here 16)."""
+    run = run_policy(config_for("shadowkv"), [make_episode(SHAPE, 83, 1, seed=3)])
+    ls = run.state.layers[1]
+    q = torch.randn(1, SHAPE.n_qo_heads, SHAPE.head_dim, generator=torch.Generator().manual_seed(0))
+    got = chunk_scores(ls, q)
+    qg = q.reshape(1, SHAPE.n_kv_heads, -1, SHAPE.head_dim)
+    raw = torch.einsum("bhgd,bhcd->bhgc", qg, ls.landmarks.float()) / math.sqrt(128)
+    out = torch.zeros_like(got, dtype=torch.bool).scatter_(2, ls.outliers, True)
+    want = torch.softmax(raw.masked_fill(out[:, :, None], float("-inf")), -1).amax(2)
+    torch.testing.assert_close(got.masked_fill(out, 0.0), want.masked_fill(out, 0.0))

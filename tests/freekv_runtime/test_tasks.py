@@ -34,7 +34,8 @@ def full_runner(loaded):
 
 
 def test_registry_names_and_unknown_task() -> None:
-    synthetic = {"passkey", "fidelity", "longgen", "niah_single", "niah_multikey", "niah_multivalue",
+    synthetic = {"passkey", "fidelity", "longgen", "niah_single", "niah_multikey", "niah_multikey_2",
+                 "niah_multikey_3", "niah_multivalue",
                  "niah_multiquery", "vt", "cwe", "fwe"}
     loaders = {"longbench_v2", "ruler_jsonl", "longgenbench", "math500", "aime24", "gpqa"}
     assert set(TASKS) == synthetic | loaders

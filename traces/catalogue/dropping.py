@@ -35,6 +35,10 @@ class StreamingLLMKnobs(DroppingKnobs):
 class H2OKnobs(DroppingKnobs):
     """H2O: heavy hitters = budget - sink - window tokens of highest accumulated attention."""
 
+    normalise: bool = knob(False, "divide each token's summed attention by the queries that saw it "
+                           "(kvpress observed_attention_press.py:44-48); false: the sum, as H2O's code "
+                           "(modify_llama.py:317-326)")
+
 
 @dataclass(frozen=True)
 class SnapKVKnobs(SelectionKnobs):
@@ -49,10 +53,14 @@ class SnapKVKnobs(SelectionKnobs):
 
 @dataclass(frozen=True)
 class RaaSKnobs(DroppingKnobs):
-    alpha: float = knob(0.01, "attention mass that marks a page as important (estimate: no value in the code "
-                        "read)", low=0.0, high=1.0, low_open=True, high_open=True)
-    group: str = knob("max", "pooling of a page's importance over the group's query heads (max: the FreeKV "
-                      "paper's setup; mean: its harness)", choices=("max", "mean"))
+    alpha: float = knob(1e-4, "attention a page needs to be stamped important (FreeKV harness "
+                        "accuracy/eval/util.py:70)", low=0.0, high=1.0, low_open=True, high_open=True)
+    group: str = knob("mean", "pooling of a page's importance over the group's query heads (mean: the "
+                      "FreeKV harness, dynamic_attention.py:481; max: the FreeKV paper's setup)",
+                      choices=("max", "mean"))
+    prompt: str = knob("keep", "keep: every prompt token kept, the budget bounds decoded tokens (the RaaS "
+                       "paper); harness: the budget covers the prompt, cut to the pages the last prompt "
+                       "query ranks first (FreeKV's harness)", choices=("keep", "harness"))
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,15 @@ class RazorAttentionKnobs(MethodKnobs):
     compensation: str = knob("count", "the compensation token in the softmax: weighted by the tokens it "
                              "stands for (count), as one token (single), or dropped (none)",
                              choices=("count", "single", "none"))
+    gqa_heads: str = knob("kv", "retrieval heads under GQA: kv ranks KV heads by their group's best query "
+                          "head, so the fractions are shares of KV heads (the paper's ~15% kept whole); "
+                          "any_query marks a KV head if any of its query heads ranks (up to G times more)",
+                          choices=("kv", "any_query"))
+    window_rule: str = knob("paper", "recent tokens of a non-retrieval head: paper max(S0, ceil(N/C)) "
+                            "(Algorithm 1; S0 = budget - sink - 1); budget: S0 alone",
+                            choices=("paper", "budget"))
+    compression_ratio: float = knob(5.0, "C in max(S0, N/C) (estimate: 15% whole heads + 85% at N/5 keep "
+                                    "~32% of the cache, the paper's ~70% reduction)", low=1.0)
     retrieval_fraction: float | None = knob(
         None, "share of KV heads kept whole; null: the trace's measured probe, else the paper's "
         "0.15", side="simulator", kind=float, low=0.0, high=1.0)
@@ -88,7 +105,8 @@ ENTRIES = (
     MethodEntry("snapkv", "dropping", "prompt tokens voted once at prefill by the last prompt queries",
                 SnapKVKnobs, policy=_DROP + "snapkv:SnapKVPolicy", model=_M + "snapkv:SnapKV",
                 source="Li et al., SnapKV (NeurIPS 2024, arXiv 2404.14469); FasterDecoding/SnapKV"),
-    MethodEntry("raas", "dropping", "pages stamped when important, the stalest dropped", RaaSKnobs,
+    MethodEntry("raas", "dropping", "prompt kept; decoded pages stamped when important, the stalest dropped",
+                RaaSKnobs,
                 policy=_DROP + "raas:RaaSPolicy", model=_M + "raas:RaaS",
                 source="Hu et al., RaaS (arXiv 2502.11147); rooikeee/FreeKV accuracy harness"),
     MethodEntry("tova", "dropping", "the token the current query attends least dropped each step (heads "

@@ -15,7 +15,7 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import SELECTIONS, KnobError, MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "GROUP_POOLINGS", "PAGE_SUMMARIES", "PageRetrievalKnobs", "FreeKVKnobs", "QuestKnobs",
-           "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs"]
+           "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs", "SHADOWKV_RANK_SHARE", "shadowkv_rank"]
 
 # kernels.page_scores.POOLINGS / kernels.summarize_pages.SUMMARIES (tests check they agree)
 GROUP_POOLINGS = ("softmax_mean", "softmax_scaled_mean", "mean", "max")
@@ -88,10 +88,23 @@ class ArkValeKnobs(PageRetrievalKnobs):
         return None
 
 
+# ShadowKV keeps rank 160 of the (tokens, Hkv*d) = (T, 8*128) key matrix of Llama-3-8B
+# (bytedance/ShadowKV models/llama.py:86, models/kv_cache.py:212): the same share of any model's key width
+SHADOWKV_RANK_SHARE = 160 / 1024
+
+
+def shadowkv_rank(rank: int | None, n_kv_heads: int, head_dim: int) -> int:
+    """The SVD rank ShadowKV keeps: `rank` when given, else round(160/1024 * Hkv * d), at least 1."""
+    if rank is not None:
+        return rank
+    return max(1, round(SHADOWKV_RANK_SHARE * n_kv_heads * head_dim))
+
+
 @dataclass(frozen=True)
 class ShadowKVKnobs(MethodKnobs):
-    rank: int = knob(160, "SVD rank of the pre-RoPE keys (ShadowKV's 160 for d = 128 models), capped at the "
-                     "matrix rank", side="both", low=1)
+    rank: int | None = knob(None, "SVD rank of the pre-RoPE keys; null: ShadowKV's share of the key "
+                            "width, 160 of Hkv*d = 1024 on Llama-3-8B (llama.py:86), scaled to the model",
+                            side="both", kind=int, low=1)
     outlier_chunks: int | None = knob(None, "outlier chunks per KV head; null: 3/16 of the selectable tokens "
                                       "in chunks (ShadowKV_CPU's share, kv_cache.py:398)", kind=int, low=0)
     refactor_interval: int | None = knob(None, "decode steps between re-factorisations; null: window_tokens "
