@@ -14,7 +14,7 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import MethodKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
-           "TOVAKnobs", "RazorAttentionKnobs"]
+           "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -72,6 +72,16 @@ class RazorAttentionKnobs(MethodKnobs):
         "0.15", side="simulator", kind=float, low=0.0, high=1.0)
 
 
+@dataclass(frozen=True)
+class PyramidKVKnobs(DroppingKnobs):
+    observation_tokens: int = knob(8, "prompt queries that vote (PyramidKV's window_size; 8 in its LongBench "
+                                   "runs)", side="both", low=1)
+    kernel_size: int = knob(7, "tokens pooled around each vote (PyramidKV's kernel_size)", low=1, odd=True)
+    pooling: str = knob("max", "pooling of the votes along the tokens", choices=("avg", "max"))
+    beta: int = knob(20, "the last layer selects (budget - observation) // beta tokens, the first twice the "
+                     "budget less that (PyramidKV's beta)", side="both", low=1)
+
+
 _DROP, _M = "freekv_runtime.policies.", "sim.methods."
 ENTRIES = (
     MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
@@ -96,4 +106,8 @@ ENTRIES = (
                 policy=_DROP + "razorattention:RazorAttentionPolicy",
                 model=_M + "razorattention:RazorAttention",
                 source="Tang et al., RazorAttention (ICLR 2025, arXiv 2407.15891); no public code"),
+    MethodEntry("pyramidkv", "dropping", "SnapKV's prompt votes with layer budgets decreasing with depth "
+                "(a pyramid over the same total)", PyramidKVKnobs,
+                policy=_DROP + "pyramidkv:PyramidKVPolicy", model=_M + "pyramidkv:PyramidKV",
+                source="Cai et al., PyramidKV (arXiv 2406.02069); Zefan-Cai/PyramidKV"),
 )

@@ -1,0 +1,97 @@
+"""PyramidKV: SnapKV's prompt votes, with layer budgets that decrease with depth (a pyramid).
+
+Cai et al., "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling" (arXiv
+2406.02069); public code Zefan-Cai/PyramidKV (read at 5d4e2e1), what this policy follows:
+- selection per layer is SnapKV's (pyramidkv/pyramidkv_utils.py `PyramidKVCluster.update_kv` 221-275):
+  the last `observation_tokens` prompt queries (window_size) attend the prompt (causal mask on the
+  window, fp32 softmax), their probabilities are summed over the window, pooled along the tokens
+  (avg_pool1d / max_pool1d, kernel_size, padding kernel_size // 2, stride 1), the top-k prefix tokens per
+  head kept with the window itself;
+- the k of each layer is PyramidKV's schedule (update_kv 205-220; traces.layer_budgets
+  `pyramid_layer_budgets`): the first layer gets about twice the uniform share, the last 1/beta of it,
+  linearly in between, the same total as SnapKV; prompts shorter than the budget are not compressed and
+  prompts shorter than 2 (budget - window) get SnapKV's uniform budget;
+- defaults are its LongBench runs' (run_longbench.py 220-237: window_sizes 8, kernel_sizes 7, pooling
+  maxpool) and the cluster's beta 20 (pyramidkv_utils.py 174).
+
+Here (freekv_runtime.policies._dropping): the votes are computed per KV head at prefill (SnapKV's
+`snap_votes`: the group's query heads summed, one kept set per KV head; the public code repeats K/V to
+every query head first, pyramidkv/llama_model.py 379-380, and selects per query head) and the layer
+budgets from the prompt length; at decode a sparse layer drops, while it holds more than its own budget,
+generated tokens that left the recent window first, then the prefix tokens with the fewest votes (the
+observation window last), so its kept set is exactly the prefill-time compression's. Budget adaptation as
+SnapKV's (freekv_runtime/policies/snapkv.py): generated tokens are kept while in the recent window, each
+layer's budget is never exceeded, sink_tokens and window_tokens are always kept (no layer's budget below
+sink + window). Layers whose pyramid budget exceeds budget_tokens attend more than the uniform budget by
+the method's definition (`unbudgeted_heads`); the total over the layers is the uniform one (up to the
+schedule's integer rounding).
+
+Configuration: RuntimeConfig budget_tokens (PyramidKV's max_capacity_prompt), sink_tokens, window_tokens,
+dense_layers; `config.knobs` (traces.catalogue.dropping.PyramidKVKnobs): observation_tokens, kernel_size,
+pooling, beta.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from freekv_runtime.policies._dropping import DroppingState, lowest_kept
+from freekv_runtime.policies.base import AttentionShape, KVPolicy
+from freekv_runtime.policies.snapkv import snap_votes
+from freekv_runtime.timing import OpTimer
+from traces.layer_budgets import pyramid_layer_budgets
+
+__all__ = ["PyramidKVPolicy", "PyramidKVState", "LayerBudgetState"]
+
+_GENERATED = -1.0  # generated tokens have no votes: dropped first once out of the recent window
+
+
+class LayerBudgetState(DroppingState):
+    """A dropping state whose sparse layers each keep their own budget (`layer_budget[l]` tokens per KV
+    head, set at prefill by the subclass) instead of the uniform budget_tokens; votes[l] (b, Hkv, N)
+    float32 rank the tokens (generated tokens: -1)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.votes: list[torch.Tensor | None] = [None] * self.shape.n_layers
+        self.layer_budget: list[int] = [self.config.budget_tokens] * self.shape.n_layers
+
+    @property
+    def unbudgeted_heads(self) -> np.ndarray:
+        """(L, Hkv) bool: layers whose own budget exceeds budget_tokens (by the method's allocation)."""
+        over = np.array(self.layer_budget) > self.config.budget_tokens
+        return np.repeat(over[:, None], self.shape.n_kv_heads, axis=1)
+
+    def floor_tokens(self) -> int:
+        """The fewest tokens a layer may keep: sink + window (always kept) + the token just appended."""
+        return self.config.sink_tokens + self.config.window_tokens + 1
+
+    def _evict(self, layer: int, keep: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        votes = self.votes[layer]
+        assert votes is not None
+        if votes.shape[2] < n_tokens:
+            grown = votes.new_full((*votes.shape[:2], n_tokens - votes.shape[2]), _GENERATED)
+            votes = self.votes[layer] = torch.cat([votes, grown], dim=2)
+        n_drop = int(keep[0, 0].sum()) - self.layer_budget[layer]  # every row holds the same count
+        if n_drop <= 0:
+            return keep
+        drop = lowest_kept(votes, keep & ~self.protected(n_tokens), n_drop)
+        return keep.scatter(2, drop, False)
+
+
+class PyramidKVState(LayerBudgetState):
+    """votes[l] SnapKV's pooled votes, layer_budget[l] PyramidKV's schedule for the prompt's length."""
+
+    def _after_prefill(self, layer: int, q: torch.Tensor, keys: torch.Tensor) -> None:
+        knobs = self.config.knobs
+        self.votes[layer] = snap_votes(q, keys, knobs.observation_tokens, knobs.kernel_size, knobs.pooling)
+        self.layer_budget[layer] = pyramid_layer_budgets(
+            self.config.budget_tokens, knobs.observation_tokens, self.shape.n_layers, keys.shape[2],
+            knobs.beta, self.floor_tokens())[layer]
+
+
+class PyramidKVPolicy(KVPolicy):
+    def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
+                  timer: OpTimer) -> PyramidKVState:
+        return PyramidKVState(self.config, shape, batch_size, torch.device(device), dtype, timer)
