@@ -92,9 +92,9 @@ class PyramidKV(GroupOptionMethod):
         parts = ctx.cost.dense_prefill_s(ctx.cfg.input_tokens)
         sets, budgets = self.sets_per_layer(ctx.model), self.layer_budgets(ctx.cfg, ctx.model)
         compressed = ctx.cfg.input_tokens > ctx.cfg.budget_tokens  # update_kv 218-219
-        parts["prefill_vote"] = float(sum(
-            prompt_vote_s(ctx, self.knobs.observation_tokens, float(budgets[layer]), sets)
-            for layer in range(ctx.model.n_layers) if layer not in ctx.cfg.dense_layers)) if compressed else 0.0
+        sparse = [layer for layer in range(ctx.model.n_layers) if layer not in ctx.cfg.dense_layers]
+        votes = [prompt_vote_s(ctx, self.knobs.observation_tokens, float(budgets[i]), sets) for i in sparse]
+        parts["prefill_vote"] = float(sum(votes)) if compressed else 0.0
         return parts
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:

@@ -1,8 +1,9 @@
 """PyramidKV's defining rule on tiny tensors: each layer keeps its own budget from PyramidKV's schedule
 (Zefan-Cai/PyramidKV pyramidkv/pyramidkv_utils.py 205-220, worked out by hand below for a 4-layer model)
-and its kept set is SnapKV's (the observation window's summed, pooled votes (avg: max pooling ties), top-k per KV head, the
-window kept), written out here independently. With no sink and a one-token recent window, the policy at
-the first decode step attends the compression at capacity budget_l - 1 plus the token just appended."""
+and its kept set is SnapKV's (the observation window's summed, pooled votes, top-k per KV head, the
+window kept; avg pooling, as max pooling ties), written out here independently. With no sink and a
+one-token recent window, the policy at the first decode step attends the compression at capacity
+budget_l - 1 plus the token just appended."""
 
 from __future__ import annotations
 
@@ -51,9 +52,10 @@ def _reference_step0(prompt: tuple, step: tuple, capacity: int) -> torch.Tensor:
 
 
 def test_each_layer_keeps_snapkvs_choice_at_its_pyramid_budget() -> None:
-    config = RuntimeConfig(method="pyramidkv", page_size=1, budget_tokens=BUDGET, sink_tokens=0, window_tokens=1,
-                           dense_layers=(), knobs={"observation_tokens": WINDOW, "kernel_size": KERNEL,
-                                                   "pooling": "avg", "beta": 20})
+    config = RuntimeConfig(method="pyramidkv", page_size=1, budget_tokens=BUDGET, sink_tokens=0,
+                           window_tokens=1, dense_layers=(),
+                           knobs={"observation_tokens": WINDOW, "kernel_size": KERNEL, "pooling": "avg",
+                                  "beta": 20})
     episode = make_episode(SHAPE4, T, 4, seed=11)
     run = run_policy(config, [episode], SHAPE4)
     for layer in range(SHAPE4.n_layers):
