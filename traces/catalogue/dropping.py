@@ -14,7 +14,8 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import MethodKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
-           "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs"]
+           "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs",
+           "DuoAttentionKnobs"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -82,6 +83,17 @@ class PyramidKVKnobs(DroppingKnobs):
                      "budget less that (PyramidKV's beta)", side="both", low=1)
 
 
+@dataclass(frozen=True)
+class DuoAttentionKnobs(MethodKnobs):
+    sparsity: float = knob(0.5, "share of KV heads (over all layers) that stream: sink + recent only "
+                           "(DuoAttention's sparsity)", side="both", low=0.0, high=1.0)
+    pattern: str | None = knob(None, "a released DuoAttention pattern, full_attention_heads.tsv (layers x KV "
+                               "heads of gate values); null: the head-deviation probe on the model", kind=str)
+    probe_tokens: int = knob(512, "the probe's random segment length (no pattern given)", low=2)
+    probe_repeats: int = knob(2, "times the probe segment is repeated", low=2)
+    probe_seed: int = knob(0, "seed of the probe tokens", low=0)
+
+
 _DROP, _M = "freekv_runtime.policies.", "sim.methods."
 ENTRIES = (
     MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
@@ -110,4 +122,8 @@ ENTRIES = (
                 "(a pyramid over the same total)", PyramidKVKnobs,
                 policy=_DROP + "pyramidkv:PyramidKVPolicy", model=_M + "pyramidkv:PyramidKV",
                 source="Cai et al., PyramidKV (arXiv 2406.02069); Zefan-Cai/PyramidKV"),
+    MethodEntry("duoattention", "dropping", "retrieval heads keep everything, streaming heads sink + recent "
+                "(head split from a released pattern or a probe)", DuoAttentionKnobs,
+                policy=_DROP + "duoattention:DuoAttentionPolicy", model=_M + "duoattention:DuoAttention",
+                source="Xiao et al., DuoAttention (ICLR 2025, arXiv 2410.10819); mit-han-lab/duo-attention"),
 )
