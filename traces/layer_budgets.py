@@ -12,7 +12,7 @@ runtime policy keeps these budgets, the simulator prices them). Plain Python.
 
 from __future__ import annotations
 
-__all__ = ["pyramid_layer_budgets"]
+__all__ = ["pyramid_layer_budgets", "cake_layer_budgets"]
 
 
 def pyramid_layer_budgets(budget_tokens: int, window_tokens: int, n_layers: int, prompt_tokens: int,
@@ -31,3 +31,34 @@ def pyramid_layer_budgets(budget_tokens: int, window_tokens: int, n_layers: int,
         min_num = 2 * selected - max_num
     steps = (max_num - min_num) // (n_layers - 1)
     return [max(max_num - layer * steps + w, floor_tokens) for layer in range(n_layers)]
+
+
+def cake_layer_budgets(preferences: list[float], total_tokens: int, cap_tokens: int) -> list[int]:
+    """CAKE's allocation of `total_tokens` over layers in proportion to their preference scores
+    (qtris123/cakekv cake/cake_cache.py `CakeprefillKVCache.__call__` 224-225, cake/utils.py
+    `adjust_budgets` 21-67): each share truncated to an int and capped at `cap_tokens` (the prompt's
+    tokens before the window), the excess spread evenly over the uncapped layers (remainder to the first),
+    then the total restored the same way (added to layers below the cap, or taken from layers above 1)."""
+    n = len(preferences)
+    whole = sum(preferences)
+    shares = [p / whole * total_tokens if whole > 0 else total_tokens / n for p in preferences]
+    budgets = [min(int(s), cap_tokens) for s in shares]
+    excess = sum(max(int(s) - cap_tokens, 0) for s in shares)
+    if excess > 0:
+        _spread(budgets, excess, [i for i, b in enumerate(budgets) if b < cap_tokens])
+    diff = total_tokens - sum(budgets)
+    if diff > 0:
+        _spread(budgets, diff, [i for i, b in enumerate(budgets) if b < cap_tokens])
+    elif diff < 0:
+        _spread(budgets, diff, [i for i, b in enumerate(budgets) if b > 1])
+    return budgets
+
+
+def _spread(budgets: list[int], amount: int, layers: list[int]) -> None:
+    """Add `amount` (negative: take) evenly over `layers`, the remainder one each to the first ones."""
+    if not layers:
+        return
+    each, rest = divmod(abs(amount), len(layers))
+    sign = 1 if amount > 0 else -1
+    for k, i in enumerate(layers):
+        budgets[i] += sign * (each + (1 if k < rest else 0))

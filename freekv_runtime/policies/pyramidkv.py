@@ -14,7 +14,7 @@ Cai et al., "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Informat
 - defaults are its LongBench runs' (run_longbench.py 220-237: window_sizes 8, kernel_sizes 7, pooling
   maxpool) and the cluster's beta 20 (pyramidkv_utils.py 174).
 
-Here (freekv_runtime.policies._dropping): the votes are computed per KV head at prefill (SnapKV's
+Here (freekv_runtime.policies._layer_budget): the votes are computed per KV head at prefill (SnapKV's
 `snap_votes`: the group's query heads summed, one kept set per KV head; the public code repeats K/V to
 every query head first, pyramidkv/llama_model.py 379-380, and selects per query head) and the layer
 budgets from the prompt length; at decode a sparse layer drops, while it holds more than its own budget,
@@ -33,52 +33,15 @@ pooling, beta.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from freekv_runtime.policies._dropping import DroppingState, lowest_kept
+from freekv_runtime.policies._layer_budget import LayerBudgetState
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.policies.snapkv import snap_votes
 from freekv_runtime.timing import OpTimer
 from traces.layer_budgets import pyramid_layer_budgets
 
-__all__ = ["PyramidKVPolicy", "PyramidKVState", "LayerBudgetState"]
-
-_GENERATED = -1.0  # generated tokens have no votes: dropped first once out of the recent window
-
-
-class LayerBudgetState(DroppingState):
-    """A dropping state whose sparse layers each keep their own budget (`layer_budget[l]` tokens per KV
-    head, set at prefill by the subclass) instead of the uniform budget_tokens; votes[l] (b, Hkv, N)
-    float32 rank the tokens (generated tokens: -1)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.votes: list[torch.Tensor | None] = [None] * self.shape.n_layers
-        self.layer_budget: list[int] = [self.config.budget_tokens] * self.shape.n_layers
-
-    @property
-    def unbudgeted_heads(self) -> np.ndarray:
-        """(L, Hkv) bool: layers whose own budget exceeds budget_tokens (by the method's allocation)."""
-        over = np.array(self.layer_budget) > self.config.budget_tokens
-        return np.repeat(over[:, None], self.shape.n_kv_heads, axis=1)
-
-    def floor_tokens(self) -> int:
-        """The fewest tokens a layer may keep: sink + window (always kept) + the token just appended."""
-        return self.config.sink_tokens + self.config.window_tokens + 1
-
-    def _evict(self, layer: int, keep: torch.Tensor, n_tokens: int) -> torch.Tensor:
-        votes = self.votes[layer]
-        assert votes is not None
-        if votes.shape[2] < n_tokens:
-            grown = votes.new_full((*votes.shape[:2], n_tokens - votes.shape[2]), _GENERATED)
-            votes = self.votes[layer] = torch.cat([votes, grown], dim=2)
-        n_drop = int(keep[0, 0].sum()) - self.layer_budget[layer]  # every row holds the same count
-        if n_drop <= 0:
-            return keep
-        drop = lowest_kept(votes, keep & ~self.protected(n_tokens), n_drop)
-        return keep.scatter(2, drop, False)
-
+__all__ = ["PyramidKVPolicy", "PyramidKVState"]
 
 class PyramidKVState(LayerBudgetState):
     """votes[l] SnapKV's pooled votes, layer_budget[l] PyramidKV's schedule for the prompt's length."""
@@ -86,9 +49,10 @@ class PyramidKVState(LayerBudgetState):
     def _after_prefill(self, layer: int, q: torch.Tensor, keys: torch.Tensor) -> None:
         knobs = self.config.knobs
         self.votes[layer] = snap_votes(q, keys, knobs.observation_tokens, knobs.kernel_size, knobs.pooling)
-        self.layer_budget[layer] = pyramid_layer_budgets(
-            self.config.budget_tokens, knobs.observation_tokens, self.shape.n_layers, keys.shape[2],
-            knobs.beta, self.floor_tokens())[layer]
+        budgets = pyramid_layer_budgets(self.config.budget_tokens, knobs.observation_tokens,
+                                        self.shape.n_layers, keys.shape[2], knobs.beta, self.floor_tokens())
+        budget = budgets[layer]
+        self.layer_budget[layer] = torch.full((self.b,), budget, dtype=torch.int64, device=self.device)
 
 
 class PyramidKVPolicy(KVPolicy):

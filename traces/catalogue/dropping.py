@@ -15,7 +15,7 @@ from traces.catalogue.knobs import MethodKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
            "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs",
-           "DuoAttentionKnobs"]
+           "DuoAttentionKnobs", "CAKEKnobs"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -94,6 +94,18 @@ class DuoAttentionKnobs(MethodKnobs):
     probe_seed: int = knob(0, "seed of the probe tokens", low=0)
 
 
+@dataclass(frozen=True)
+class CAKEKnobs(MethodKnobs):
+    observation_tokens: int = knob(32, "prompt queries whose attention measures each layer and token (CAKE's "
+                                   "window_size)", side="both", low=1)
+    tau1: float = knob(1.0, "temperature of the dispersion (entropy) in a layer's preference H^(1/tau1) "
+                       "V^(1/tau2)", low=0.0, low_open=True)
+    tau2: float = knob(1.0, "temperature of the shift (variance) in a layer's preference", low=0.0,
+                       low_open=True)
+    gamma: float = knob(200.0, "weight of the attention variance in the eviction indicator mean + gamma var",
+                        low=0.0)
+
+
 _DROP, _M = "freekv_runtime.policies.", "sim.methods."
 ENTRIES = (
     MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
@@ -126,4 +138,9 @@ ENTRIES = (
                 "(head split from a released pattern or a probe)", DuoAttentionKnobs,
                 policy=_DROP + "duoattention:DuoAttentionPolicy", model=_M + "duoattention:DuoAttention",
                 source="Xiao et al., DuoAttention (ICLR 2025, arXiv 2410.10819); mit-han-lab/duo-attention"),
+    MethodEntry("cake", "dropping", "layer budgets from each layer's attention dispersion and shift, tokens "
+                "by mean + variance of their attention", CAKEKnobs, policy=_DROP + "cake:CAKEPolicy",
+                model=_M + "cake:CAKE",
+                source="Qin et al., CAKE (ICLR 2025, arXiv 2503.12491); qtris123/cakekv (copy of the "
+                "official code)"),
 )
