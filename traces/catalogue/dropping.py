@@ -141,6 +141,6 @@ ENTRIES = (
     MethodEntry("cake", "dropping", "layer budgets from each layer's attention dispersion and shift, tokens "
                 "by mean + variance of their attention", CAKEKnobs, policy=_DROP + "cake:CAKEPolicy",
                 model=_M + "cake:CAKE",
-                source="Qin et al., CAKE (ICLR 2025, arXiv 2503.12491); qtris123/cakekv (copy of the "
-                "official code)"),
+                source="Qin et al., CAKE (ICLR 2025, arXiv 2503.12491); antgroup/cakekv, read at its copy "
+                "qtris123/cakekv"),
 )
