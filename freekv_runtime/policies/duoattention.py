@@ -26,9 +26,9 @@ Where the head split comes from (`prepare`):
   patterns (the default smollm2-135m has none). The published optimisation (duo_attn/train.py 139-156)
   trains the gates on synthetic multi-passkey retrieval with loss = MSE(final hidden states of the full
   model, of the gated model) + 0.05 * L1(alpha), gates mixing full and streaming attention per head
-  (llama.py 120-129). The proxy measures, on a probe of a seeded random segment of `probe_tokens` tokens
-  repeated `probe_repeats` times (each repeat can only be predicted by retrieving the previous one, P
-  tokens back, beyond a streaming head's recent window when P > budget), each KV head's relative
+  (llama.py 120-129). The proxy measures, on a probe of a seeded random segment of P = max(probe_tokens,
+  budget_tokens) tokens repeated `probe_repeats` times (each repeat can only be predicted by retrieving
+  the previous one, P tokens back, beyond a streaming head's recent window), each KV head's relative
   deviation sum ||o_full - o_stream||^2 / sum ||o_full||^2 of its attention output (its query heads, the
   queries of the repeats after the first) when it streams (the same sink + recent mask as at decode) while
   every other head attends fully: the first-order, per-head form of the distillation term at alpha in
@@ -164,8 +164,9 @@ class DuoAttentionPolicy(KVPolicy):
             self.head_scores = load_pattern(k.pattern, shape.n_layers, shape.n_kv_heads)
             self.head_split = "pattern"
         else:
-            tokens = probe_tokens(model.vocab_size, k.probe_tokens, k.probe_repeats, k.probe_seed)
-            probe = DeviationProbeState(shape.n_layers, shape.n_kv_heads, k.probe_tokens,
+            period = self.probe_period()
+            tokens = probe_tokens(model.vocab_size, period, k.probe_repeats, k.probe_seed)
+            probe = DeviationProbeState(shape.n_layers, shape.n_kv_heads, period,
                                         self.config.sink_tokens,
                                         self.config.budget_tokens - self.config.sink_tokens)
             with torch.no_grad():
@@ -176,12 +177,17 @@ class DuoAttentionPolicy(KVPolicy):
         log.info("duoattention (%s): %d of %d KV heads are retrieval heads", self.head_split,
                  int(self.retrieval_heads.sum()), self.retrieval_heads.size)
 
+    def probe_period(self) -> int:
+        """The probe's segment length: probe_tokens, at least budget_tokens so that a repeat's lookup
+        (period tokens back) lies beyond a streaming head's recent window."""
+        return max(self.knobs.probe_tokens, self.config.budget_tokens)
+
     def prepared_metadata(self) -> dict[str, Any]:
         """The head split for the trace metadata (traces.probe.retrieval_probe + its source); {} before
         `prepare`."""
         if self.retrieval_heads is None:
             return {}
-        probe = 0 if self.knobs.pattern is not None else self.knobs.probe_tokens * self.knobs.probe_repeats
+        probe = 0 if self.knobs.pattern is not None else self.probe_period() * self.knobs.probe_repeats
         return {**retrieval_probe(self.retrieval_heads, probe), "head_split": self.head_split}
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
