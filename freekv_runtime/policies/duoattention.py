@@ -39,7 +39,7 @@ or "deviation-probe (proxy)"), and the simulator's model replays its measured sh
 
 Configuration: RuntimeConfig budget_tokens, sink_tokens, dense_layers; `config.knobs`
 (traces.catalogue.dropping.DuoAttentionKnobs): sparsity (0.5, scripts/run_longbench.sh 4 evaluates 0, 0.5
-and 0.75), pattern, probe_tokens (512), probe_repeats (2), probe_seed (0).
+and 0.75), pattern, probe_tokens (256), probe_repeats (2), probe_seed (0).
 """
 
 from __future__ import annotations

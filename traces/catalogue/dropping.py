@@ -89,7 +89,8 @@ class DuoAttentionKnobs(MethodKnobs):
                            "(DuoAttention's sparsity)", side="both", low=0.0, high=1.0)
     pattern: str | None = knob(None, "a released DuoAttention pattern, full_attention_heads.tsv (layers x KV "
                                "heads of gate values); null: the head-deviation probe on the model", kind=str)
-    probe_tokens: int = knob(512, "the probe's random segment length (no pattern given)", low=2)
+    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (no pattern "
+                             "given)", low=2)
     probe_repeats: int = knob(2, "times the probe segment is repeated", low=2)
     probe_seed: int = knob(0, "seed of the probe tokens", low=0)
 
