@@ -49,6 +49,11 @@ class LayerBudgetState(DroppingState):
         over = np.array([bool((b > self.config.budget_tokens).any()) for b in self.layer_budget])
         return np.repeat(over[:, None], self.shape.n_kv_heads, axis=1)
 
+    def kept_tokens(self, observation_tokens: int) -> int:
+        """The tokens a layer keeps whatever its budget: the sink and the larger of the recent window and the
+        method's observation window (the part of the budget the methods' own schedules call the window)."""
+        return self.config.sink_tokens + max(self.config.window_tokens, observation_tokens)
+
     def floor_tokens(self) -> int:
         """The fewest tokens a layer may keep: sink + window (always kept) + the token just appended."""
         return self.config.sink_tokens + self.config.window_tokens + 1

@@ -28,8 +28,9 @@ policy follows:
 
 Here (freekv_runtime.policies._layer_budget): the statistics are taken per sequence at prefill; at the
 first eviction (every layer's preference known) each sequence's sparse layers get their budgets,
-budget_l = hh_l + W with sum hh_l = (budget_tokens - W) * sparse layers (dense layers keep everything and
-take no share), never below sink + window + 1; prompts of at most budget_tokens tokens are not compressed
+budget_l = hh_l + K with sum hh_l = (budget_tokens - K) * sparse layers, K = sink_tokens + max(window_tokens,
+W) the tokens every layer keeps anyway (CAKE's K is its window W; dense layers keep everything and take no
+share), never below sink + window + 1; prompts of at most budget_tokens tokens are not compressed
 (CAKE's threshold is budget + W, cake_cache.py 219). At each decode step a layer holding more than its
 budget drops, among unprotected tokens (sink_tokens and the newest window_tokens), the lowest by the
 indicator: the prefill indicator at the first step, then the previous step's attention (this step's new
@@ -120,7 +121,8 @@ class CAKEState(LayerBudgetState):
         if self.allocated:
             return
         self.allocated = True
-        cfg, w, t = self.config, self.config.knobs.observation_tokens, self.prompt_tokens
+        cfg, t = self.config, self.prompt_tokens
+        w = self.kept_tokens(cfg.knobs.observation_tokens)
         if t <= cfg.budget_tokens or t <= w:
             return  # not compressed: the uniform budget
         layers = sorted(self.preference)

@@ -21,10 +21,13 @@ budgets from the prompt length; at decode a sparse layer drops, while it holds m
 generated tokens that left the recent window first, then the prefix tokens with the fewest votes (the
 observation window last), so its kept set is exactly the prefill-time compression's. Budget adaptation as
 SnapKV's (freekv_runtime/policies/snapkv.py): generated tokens are kept while in the recent window, each
-layer's budget is never exceeded, sink_tokens and window_tokens are always kept (no layer's budget below
-sink + window). Layers whose pyramid budget exceeds budget_tokens attend more than the uniform budget by
-the method's definition (`unbudgeted_heads`); the total over the layers is the uniform one (up to the
-schedule's integer rounding).
+layer's budget is never exceeded, sink_tokens and window_tokens are always kept. The schedule's window W
+(what every layer keeps besides its selection) is sink_tokens + max(window_tokens, observation_tokens):
+PyramidKV's own window is its observation window, which it keeps; here the sink and the recent window are
+kept too, so the pyramid spreads budget - W selected tokens (with no sink and window_tokens <=
+observation_tokens, PyramidKV's numbers). Layers whose pyramid budget exceeds budget_tokens attend more
+than the uniform budget by the method's definition (`unbudgeted_heads`); the total over the layers is the
+uniform one (up to the schedule's integer rounding).
 
 Configuration: RuntimeConfig budget_tokens (PyramidKV's max_capacity_prompt), sink_tokens, window_tokens,
 dense_layers; `config.knobs` (traces.catalogue.dropping.PyramidKVKnobs): observation_tokens, kernel_size,
@@ -49,7 +52,7 @@ class PyramidKVState(LayerBudgetState):
     def _after_prefill(self, layer: int, q: torch.Tensor, keys: torch.Tensor) -> None:
         knobs = self.config.knobs
         self.votes[layer] = snap_votes(q, keys, knobs.observation_tokens, knobs.kernel_size, knobs.pooling)
-        budgets = pyramid_layer_budgets(self.config.budget_tokens, knobs.observation_tokens,
+        budgets = pyramid_layer_budgets(self.config.budget_tokens, self.kept_tokens(knobs.observation_tokens),
                                         self.shape.n_layers, keys.shape[2], knobs.beta, self.floor_tokens())
         budget = budgets[layer]
         self.layer_budget[layer] = torch.full((self.b,), budget, dtype=torch.int64, device=self.device)

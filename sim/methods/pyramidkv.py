@@ -5,7 +5,8 @@ Source: Cai et al., "PyramidKV: Dynamic KV Cache Compression based on Pyramidal 
 
 - Layer budgets: PyramidKV's schedule for the prompt length (pyramidkv/pyramidkv_utils.py
   `PyramidKVCluster.update_kv` 205-220; traces.layer_budgets, the same function the runtime policy
-  keeps), floored at sink + window + 1 as the runtime. Layer l keeps min(context, budget_l) tokens per
+  keeps, with the window W = sink + max(window, observation_tokens) as the runtime), floored at sink +
+  window + 1 as the runtime. Layer l keeps min(context, budget_l) tokens per
   kept set; the GPU memory is the sum over the sparse layers (about the uniform budget's: the schedule's
   mean is the uniform share, up to integer rounding).
 - Prefill, once per sparse layer (update_kv 253-275): the last observation_tokens queries attend the
@@ -68,7 +69,8 @@ class PyramidKV(GroupOptionMethod):
     def layer_budgets(self, cfg: SimConfig, model: ModelSpec) -> np.ndarray:
         """(L,) tokens each layer keeps after the prefill of cfg.input_tokens (module docstring)."""
         return np.array(pyramid_layer_budgets(
-            cfg.budget_tokens, self.knobs.observation_tokens, model.n_layers, cfg.input_tokens,
+            cfg.budget_tokens, cfg.sink_tokens + max(cfg.window_tokens, self.knobs.observation_tokens),
+            model.n_layers, cfg.input_tokens,
             self.knobs.beta, cfg.sink_tokens + cfg.window_tokens + 1), dtype=np.float64)
 
     def recipe(self) -> DecoderRecipe:
