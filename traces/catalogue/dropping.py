@@ -15,7 +15,8 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
-           "TOVAKnobs", "RazorAttentionKnobs"]
+           "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs",
+           "DuoAttentionKnobs", "CAKEKnobs"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -94,6 +95,40 @@ class RazorAttentionKnobs(MethodKnobs):
         "0.15", side="simulator", kind=float, low=0.0, high=1.0)
 
 
+@dataclass(frozen=True)
+class PyramidKVKnobs(DroppingKnobs):
+    observation_tokens: int = knob(8, "prompt queries that vote (PyramidKV's window_size; 8 in its LongBench "
+                                   "runs)", side="both", low=1)
+    kernel_size: int = knob(7, "tokens pooled around each vote (PyramidKV's kernel_size)", low=1, odd=True)
+    pooling: str = knob("max", "pooling of the votes along the tokens", choices=("avg", "max"))
+    beta: int = knob(20, "the last layer selects (budget - observation) // beta tokens, the first twice the "
+                     "budget less that (PyramidKV's beta)", side="both", low=1)
+
+
+@dataclass(frozen=True)
+class DuoAttentionKnobs(MethodKnobs):
+    sparsity: float = knob(0.5, "share of KV heads (over all layers) that stream: sink + recent only "
+                           "(DuoAttention's sparsity)", side="both", low=0.0, high=1.0)
+    pattern: str | None = knob(None, "a released DuoAttention pattern, full_attention_heads.tsv (layers x KV "
+                               "heads of gate values); null: the head-deviation probe on the model", kind=str)
+    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (no pattern "
+                             "given)", low=2)
+    probe_repeats: int = knob(2, "times the probe segment is repeated", low=2)
+    probe_seed: int = knob(0, "seed of the probe tokens", low=0)
+
+
+@dataclass(frozen=True)
+class CAKEKnobs(MethodKnobs):
+    observation_tokens: int = knob(32, "prompt queries whose attention measures each layer and token (CAKE's "
+                                   "window_size)", side="both", low=1)
+    tau1: float = knob(1.0, "temperature of the dispersion (entropy) in a layer's preference H^(1/tau1) "
+                       "V^(1/tau2)", low=0.0, low_open=True)
+    tau2: float = knob(1.0, "temperature of the shift (variance) in a layer's preference", low=0.0,
+                       low_open=True)
+    gamma: float = knob(200.0, "weight of the attention variance in the eviction indicator mean + gamma var",
+                        low=0.0)
+
+
 _DROP, _M = "freekv_runtime.policies.", "sim.methods."
 ENTRIES = (
     MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
@@ -119,4 +154,17 @@ ENTRIES = (
                 policy=_DROP + "razorattention:RazorAttentionPolicy",
                 model=_M + "razorattention:RazorAttention",
                 source="Tang et al., RazorAttention (ICLR 2025, arXiv 2407.15891); no public code"),
+    MethodEntry("pyramidkv", "dropping", "SnapKV's prompt votes with layer budgets decreasing with depth "
+                "(a pyramid over the same total)", PyramidKVKnobs,
+                policy=_DROP + "pyramidkv:PyramidKVPolicy", model=_M + "pyramidkv:PyramidKV",
+                source="Cai et al., PyramidKV (arXiv 2406.02069); Zefan-Cai/PyramidKV"),
+    MethodEntry("duoattention", "dropping", "retrieval heads keep everything, streaming heads sink + recent "
+                "(head split from a released pattern or a probe)", DuoAttentionKnobs,
+                policy=_DROP + "duoattention:DuoAttentionPolicy", model=_M + "duoattention:DuoAttention",
+                source="Xiao et al., DuoAttention (ICLR 2025, arXiv 2410.10819); mit-han-lab/duo-attention"),
+    MethodEntry("cake", "dropping", "layer budgets from each layer's attention dispersion and shift, tokens "
+                "by mean + variance of their attention", CAKEKnobs, policy=_DROP + "cake:CAKEPolicy",
+                model=_M + "cake:CAKE",
+                source="Qin et al., CAKE (ICLR 2025, arXiv 2503.12491); antgroup/cakekv, read at its copy "
+                "qtris123/cakekv"),
 )

@@ -15,7 +15,8 @@ from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import SELECTIONS, KnobError, MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "GROUP_POOLINGS", "PAGE_SUMMARIES", "PageRetrievalKnobs", "FreeKVKnobs", "QuestKnobs",
-           "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs", "SHADOWKV_RANK_SHARE", "shadowkv_rank"]
+           "ArkValeKnobs", "ShadowKVKnobs", "InfiniGenKnobs", "ClusterKVKnobs", "SHADOWKV_RANK_SHARE",
+           "shadowkv_rank"]
 
 # kernels.page_scores.POOLINGS / kernels.summarize_pages.SUMMARIES (tests check they agree)
 GROUP_POOLINGS = ("softmax_mean", "softmax_scaled_mean", "mean", "max")
@@ -163,6 +164,15 @@ class InfiniGenKnobs(SelectionKnobs):
         "project's equal-budget convention)", kind=float, low=0.0, high=1.0, low_open=True)
 
 
+@dataclass(frozen=True)
+class ClusterKVKnobs(PageRetrievalKnobs):
+    group_pooling: str = knob("mean", "how a GQA group's cluster scores are pooled: mean (ClusterKV's "
+                              "gqa_policy qavg, the query averaged) or max", choices=("mean", "max"))
+    clusters: int = knob(400, "k-means clusters of a KV head's prompt keys after the sink (ClusterKV's "
+                         "nlist; at most the tokens clustered)", side="both", low=1)
+    iterations: int = knob(20, "k-means iterations (ClusterKV's fit_iter)", side="both", low=1)
+
+
 _FREEKV = "Liu et al., FreeKV (ICLR 2026, arXiv 2505.13109); rooikeee/FreeKV"
 _P, _M = "freekv_runtime.policies.", "sim.methods."
 
@@ -196,4 +206,8 @@ ENTRIES = (
                 "prefetched from the host", InfiniGenKnobs,
                 policy=_P + "infinigen:InfiniGenPolicy", model=_M + "infinigen:InfiniGen",
                 source="Lee et al., InfiniGen (OSDI 2024); snu-comparch/InfiniGen"),
+    MethodEntry("clusterkv", "retrieval", "prompt keys clustered by cosine k-means; the clusters whose "
+                "centroids score highest are recalled from the host", ClusterKVKnobs,
+                policy=_P + "clusterkv:ClusterKVPolicy", model=_M + "clusterkv:ClusterKV",
+                source="Liu et al., ClusterKV (DAC 2025, arXiv 2412.03213); sjtu-zhao-lab/ClusterKV"),
 )
