@@ -16,6 +16,7 @@ answer shows both. Imports torch only when a run is needed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -103,9 +104,23 @@ def scale_knobs(knobs: dict[str, Any], planned_context: int, measured_context: i
     return {**knobs, "budget_tokens": budget, "sink_tokens": sink, "window_tokens": window}
 
 
+@functools.cache
+def runtime_fingerprint() -> str:
+    """A hash of the code a measurement runs (the runtime, its kernels, the method catalogue): a cached run
+    is reused only by the same code, so that a changed policy default or task scoring measures again."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for package in ("freekv_runtime", "kernels", "traces/catalogue"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _run_key(model: str, spec: MeasureSpec, method: str, knobs: dict[str, Any]) -> str:
     ident = json.dumps({"model": model, "task": spec.task, "samples": spec.samples,
-                        "context": spec.context_tokens, "seed": spec.seed, "method": method, "knobs": knobs},
+                        "context": spec.context_tokens, "seed": spec.seed, "method": method, "knobs": knobs,
+                        "code": runtime_fingerprint()},
                        sort_keys=True, default=str)
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 

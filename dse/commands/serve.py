@@ -258,6 +258,7 @@ def command(
     from sim.replay import DemandSource, Question
     from sim.serving import SchedulerSettings, Slos, StepCosts, load_requests, scheduler_model
     from sim.serving.schedulers import check_scheduler
+    from sim.validation_bands import band
 
     given = [
         f
@@ -349,6 +350,7 @@ def command(
                         "transplanted_method": cell.transplanted_method,
                         **row,
                         **accuracy,
+                        "validation_band": band(cell.method, implementation).label(),
                     }
                 )
     payload = {
@@ -388,6 +390,7 @@ def command(
         "model_of_serving": "continuous batching, FIFO, memory-gated admission at each sequence's final "
         "context, under each scheduler below: sim/serving/",
         "results": results,
+        "validation_bands": {r["method"]: r["validation_band"] for r in results},
         "notes": notes,
     }
     if json_path is not None:

@@ -194,5 +194,7 @@ def print_serve(payload: dict) -> None:
                 console.print(f"price {h}: ${p['price_per_hour_usd']:g}/GPU-hour ({p['source']})")
         if payload["prices"]:
             console.print("$/M out tok = $/h / (target rate x output tokens x 3600 s) x 1e6")
+    for method, label in payload.get("validation_bands", {}).items():
+        console.print(f"simulator's validation band, {method}: {label}")
     for note in payload["notes"]:
         console.print(f"[yellow]note:[/] {note}")

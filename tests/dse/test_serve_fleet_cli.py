@@ -69,6 +69,12 @@ def test_target_rate_fleet_per_scheduler_with_prices(tmp_path: Path) -> None:
         )
     assert rows["disaggregated"]["prefill_share_min"] > 0
     assert rows["blocking"]["prefill_share_min"] is None
+    from sim.validation_bands import band
+
+    for r in payload["results"]:  # how sure: labels and the simulator's validation band per row
+        assert r["latency_label"] == "simulated"
+        assert r["validation_band"] == band(r["method"], "as-published").label()
+    assert "validation band" in out
 
 
 def test_nothing_meets_names_the_slo_and_by_how_much(tmp_path: Path) -> None:

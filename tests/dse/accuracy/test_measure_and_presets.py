@@ -47,3 +47,27 @@ def test_another_methods_preset_is_labelled(tmp_path) -> None:
     labels = {c.method: c.transplant for c in ans.cells if c.demand_end == "central"}
     assert "preset:freekv-tau0.9 (freekv's) priced with shadowkv" in labels["shadowkv"]
     assert labels["freekv"] is None
+
+
+def test_a_cached_measurement_is_reused_only_by_the_same_runtime_code(tmp_path, monkeypatch) -> None:
+    """The cache key covers the runtime, kernels and catalogue sources: a changed policy default or task
+    scoring (code, not knobs) measures again instead of reusing a run of other code."""
+    from dse.accuracy import measure
+
+    spec = MeasureSpec("passkey", 12, 1024)
+    key = measure._run_key("smollm2-135m", spec, "quest", {"budget_tokens": 96})
+    root = tmp_path / "repo"
+    for package in ("freekv_runtime", "kernels", "traces/catalogue"):
+        (root / package).mkdir(parents=True)
+        (root / package / "a.py").write_text("X = 1\n")
+    fake = root / "dse" / "accuracy" / "measure.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("")
+    monkeypatch.setattr(measure, "__file__", str(fake))
+    measure.runtime_fingerprint.cache_clear()
+    before = measure.runtime_fingerprint()
+    (root / "freekv_runtime" / "a.py").write_text("X = 2\n")
+    measure.runtime_fingerprint.cache_clear()
+    assert measure.runtime_fingerprint() != before
+    assert measure._run_key("smollm2-135m", spec, "quest", {"budget_tokens": 96}) != key
+    measure.runtime_fingerprint.cache_clear()
