@@ -107,4 +107,4 @@ def test_cli_random_weights(tmp_path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "meaningless: random weights" in printed and "top1_agreement" in printed
     assert main([*args, "--layers", "0", "--out", str(tmp_path / "bad")]) == 2
-    assert "--layers must be between 1 and" in capsys.readouterr().err
+    assert "'--layers': must be an integer in [1, " in capsys.readouterr().err
