@@ -169,40 +169,22 @@ class _Evaluator:
         self.results: dict[tuple[int, int], ServingResult] = {}
         self.last = (0, 0)  # the largest fleet tried, when none met the SLOs
 
+    def _run(self, prefill_gpus: int, gpus: int, stop_early: bool) -> tuple[FleetPoint, Any]:
+        res = simulate(self.requests, self.costs, self.scheduler, gpus, prefill_gpus, self.router,
+                       self.settings, self.slos, stop_early=stop_early)
+        fails = tuple(res.failures(self.slos))
+        stats = res.stats(self.slos.ttft_s, self.slos.tpot_s)
+        return FleetPoint(prefill_gpus, gpus, not fails, fails, stats), res
+
     def __call__(self, prefill_gpus: int, gpus: int) -> FleetPoint:
         key = (prefill_gpus, gpus)
         if key not in self.points:
-            res = simulate(
-                self.requests,
-                self.costs,
-                self.scheduler,
-                gpus,
-                prefill_gpus,
-                self.router,
-                self.settings,
-                self.slos,
-                stop_early=True,
-            )
-            fails = tuple(res.failures(self.slos))
-            st = res.stats(self.slos.ttft_s, self.slos.tpot_s)
-            self.points[key] = FleetPoint(prefill_gpus, gpus, not fails, fails, st)
-            self.results[key] = res
+            self.points[key], self.results[key] = self._run(prefill_gpus, gpus, stop_early=True)
         return self.points[key]
 
     def full(self, prefill_gpus: int, gpus: int) -> FleetPoint:
         """The fleet run to the end (no early stop), so that its verdict has every p99."""
-        res = simulate(
-            self.requests,
-            self.costs,
-            self.scheduler,
-            gpus,
-            prefill_gpus,
-            self.router,
-            self.settings,
-            self.slos,
-        )
-        fails = tuple(res.failures(self.slos))
-        return FleetPoint(prefill_gpus, gpus, not fails, fails, res.stats(self.slos.ttft_s, self.slos.tpot_s))
+        return self._run(prefill_gpus, gpus, stop_early=False)[0]
 
 
 def _smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) -> int | None:
