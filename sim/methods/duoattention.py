@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from sim.config import SimConfig
 from sim.errors import SimInputError
-from sim.methods.base import CostContext, MemoryNeed, OpSpec, Work
-from sim.methods.decoder_layer import DecoderMethod, OwnOps, attention_over
+from sim.methods.base import CostContext, OpSpec, Work
+from sim.methods.decoder_layer import OwnOps
 from sim.methods.dropping import own_kernels
 from sim.methods.eager import HF_DECODER, DecoderRecipe
+from sim.methods.head_split import HeadSplitMethod
 from sim.methods.host_costs import HostOps
-from traces.models import ModelSpec
 
 if TYPE_CHECKING:
     from sim.demand import Demand
@@ -47,7 +46,7 @@ DUO_COMPRESS = HostOps(torch_ops=6, python_ops=6)  # static_kv_cache.py 127-165
 
 
 @dataclass(frozen=True)
-class DuoAttention(DecoderMethod):
+class DuoAttention(HeadSplitMethod):
     """DuoAttention (module docstring). `measured_per_layer` and `source` are set by `for_demand`."""
 
     measured_per_layer: tuple[float, ...] | None = field(default=None, metadata={"option": False})
@@ -90,13 +89,6 @@ class DuoAttention(DecoderMethod):
             return np.asarray(self.measured_per_layer, dtype=np.float64)
         return np.full(n_layers, 1.0 - float(self.knobs.sparsity))
 
-    @staticmethod
-    def kept_tokens(context: np.ndarray | int, budget_tokens: int, fractions: np.ndarray) -> np.ndarray:
-        """Tokens kept per KV head on average, shape context.shape + (L,)."""
-        ctx = np.asarray(context, dtype=np.float64)[..., None]
-        f = np.asarray(fractions, dtype=np.float64)
-        return f * ctx + (1.0 - f) * np.minimum(ctx, budget_tokens)
-
     def recipe(self) -> DecoderRecipe:
         return HF_DECODER.with_attention(DUO_ATTENTION)
 
@@ -114,16 +106,3 @@ class DuoAttention(DecoderMethod):
         n_bytes = 4 * cfg.batch_size * (1.0 - f) * m.n_kv_heads * streaming * 2 * m.head_dim * cfg.dtype_bytes
         copy = ctx.cost.kernel_s(0.0, n_bytes, 8)
         return own_kernels(ctx, {"streaming_copy": copy}, {"streaming_copy": DUO_COMPRESS})
-
-    def attention_s(self, ctx: CostContext) -> np.ndarray:
-        fractions = self.fractions(ctx.model.n_layers)
-        kept = self.kept_tokens(ctx.demand.context_tokens, ctx.cfg.budget_tokens, fractions)
-        return attention_over(ctx, kept)
-
-    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
-        ctx_tokens = cfg.max_context_tokens
-        dense = np.isin(np.arange(model.n_layers), [x for x in cfg.dense_layers if x < model.n_layers])
-        per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
-        kept = self.kept_tokens(ctx_tokens, cfg.budget_tokens, self.fractions(model.n_layers))
-        gpu = per_token_layer * float(np.where(dense, ctx_tokens, kept).sum())
-        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(round(gpu)), host_per_seq_bytes=0)

@@ -33,13 +33,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from sim.config import SimConfig
 from sim.errors import SimInputError
-from sim.methods.base import CostContext, MemoryNeed
-from sim.methods.decoder_layer import DecoderMethod, attention_over
 from sim.methods.eager import HF_DECODER, DecoderRecipe
+from sim.methods.head_split import HeadSplitMethod
 from sim.methods.host_costs import HostOps
-from traces.models import ModelSpec
 
 if TYPE_CHECKING:
     from sim.demand import Demand
@@ -53,7 +50,7 @@ RAZOR_ATTENTION = HostOps(torch_ops=9, python_ops=6)
 
 
 @dataclass(frozen=True)
-class RazorAttention(DecoderMethod):
+class RazorAttention(HeadSplitMethod):
     """RazorAttention (module docstring). retrieval_fraction: share of KV heads that keep everything, in
     every layer (None: the trace's measured share when it records the probe, else PAPER_FRACTION).
     `measured_per_layer`, `measured_share` and `source` are set by `for_demand`, not by the user."""
@@ -63,6 +60,7 @@ class RazorAttention(DecoderMethod):
     source: str = field(default="", metadata={"option": False})
 
     needs_demand: ClassVar[bool] = False
+    BOUNDED_EXTRA_TOKENS: ClassVar[int] = 1  # the compensation token (module docstring)
     own_demand_optional: ClassVar[bool] = True  # its own trace's probe replaces the paper's 0.15
     sources: ClassVar[tuple[str, ...]] = (
         "Tang et al., RazorAttention: Efficient KV Cache Compression Through Retrieval Heads "
@@ -113,27 +111,5 @@ class RazorAttention(DecoderMethod):
             return np.asarray(self.measured_per_layer, dtype=np.float64)
         return np.full(n_layers, PAPER_FRACTION)
 
-    @staticmethod
-    def kept_tokens(context: np.ndarray | int, budget_tokens: int, fractions: np.ndarray) -> np.ndarray:
-        """Tokens kept per KV head on average, shape context.shape + (L,): at `context` tokens with a share
-        fractions (L,) of retrieval heads per layer (retrieval heads keep all)."""
-        ctx = np.asarray(context, dtype=np.float64)[..., None]
-        f = np.asarray(fractions, dtype=np.float64)
-        return f * ctx + (1.0 - f) * np.minimum(ctx, budget_tokens + 1)
-
     def recipe(self) -> DecoderRecipe:
         return HF_DECODER.with_attention(RAZOR_ATTENTION)
-
-    def attention_s(self, ctx: CostContext) -> np.ndarray:
-        """The dense layer's ops (no own ops): only the attended tokens differ."""
-        fractions = self.fractions(ctx.model.n_layers)
-        kept = self.kept_tokens(ctx.demand.context_tokens, ctx.cfg.budget_tokens, fractions)
-        return attention_over(ctx, kept)
-
-    def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
-        ctx_tokens = cfg.max_context_tokens
-        dense = np.isin(np.arange(model.n_layers), [x for x in cfg.dense_layers if x < model.n_layers])
-        per_token_layer = 2 * model.n_kv_heads * model.head_dim * cfg.dtype_bytes
-        kept = self.kept_tokens(ctx_tokens, cfg.budget_tokens, self.fractions(model.n_layers))  # (L,)
-        gpu = per_token_layer * float(np.where(dense, ctx_tokens, kept).sum())
-        return MemoryNeed(gpu_fixed_bytes=0, gpu_per_seq_bytes=int(round(gpu)), host_per_seq_bytes=0)
