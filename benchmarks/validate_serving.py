@@ -137,23 +137,9 @@ def highest_rate(ok: Callable[[float], bool], start: float = START_RATE) -> tupl
         tried[rate] = ok(rate)
         return tried[rate]
 
-    lo = start
-    for _ in range(8):
-        if test(lo):
-            break
-        lo /= 2
-    else:
-        return 0.0, len(tried)
-    hi = lo * 2
-    while test(hi) and len(tried) < MAX_EVALS:
-        lo, hi = hi, hi * 2
-    while hi / lo > 1 + REL_TOL and len(tried) < MAX_EVALS:
-        mid = (lo * hi) ** 0.5
-        if test(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, len(tried)
+    from sim.serving.rate_search import highest_passing
+
+    return highest_passing(test, start, REL_TOL, MAX_EVALS, tried), len(tried)
 
 
 def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementation: str) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 from sim.serving.result import ServingResult
 from sim.serving.slos import Failure, Slos
 
-__all__ = ["RateSearch", "max_rate"]
+__all__ = ["RateSearch", "max_rate", "highest_passing"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,25 @@ def max_rate(
         tried[rate] = not broke[rate]
         return tried[rate]
 
+    lo = highest_passing(ok, start_rate, rel_tol, max_evals, tried)
+    if lo == 0.0:
+        lowest = min(tried)
+        return RateSearch(0.0, stats[lowest], tried, broke[lowest])
+    return RateSearch(lo, stats[lo], tried)
+
+
+def highest_passing(ok: Callable[[float], bool], start_rate: float, rel_tol: float, max_evals: int,
+                    tried: dict[float, bool]) -> float:
+    """The highest rate `ok` passes (0.0 when none does): at most 8 halvings from `start_rate` until one
+    passes, doubling until one fails, then geometric bisection to `rel_tol`, at most `max_evals` calls
+    counted by `tried` (the rates `ok` has recorded)."""
     lo = start_rate
     for _ in range(8):
         if ok(lo):
             break
         lo /= 2
     else:
-        lowest = min(tried)
-        return RateSearch(0.0, stats[lowest], tried, broke[lowest])
+        return 0.0
     hi = lo * 2
     while ok(hi) and len(tried) < max_evals:
         lo, hi = hi, hi * 2
@@ -64,4 +75,4 @@ def max_rate(
             lo = mid
         else:
             hi = mid
-    return RateSearch(lo, stats[lo], tried)
+    return lo
