@@ -15,6 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from grid_study import tiny_grid_study
 
 from dse.sweep_storage import ORPHAN_AFTER_S, open_storage
 
@@ -22,27 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Heartbeat of 
 
 ROOT = Path(__file__).resolve().parents[2]
 TAUS = (0.75, 0.8, 0.85, 0.9, 0.95)
-STUDY = f"""\
-name: killed
-model: {{name: smollm2-135m}}
-tasks:
-  - {{name: passkey, context_tokens: 128, samples: 1}}
-search:
-  tau: {list(TAUS)}
-  page_size: [16]
-  budget_tokens: [96]
-  sink_tokens: [32]
-  window_tokens: [32]
-objectives:
-  - metric: passkey_accuracy
-  - latency: {{hardware: a100-40g-pcie4}}
-workload: {{input_tokens: 4096, output_tokens: 32}}
-hardware: [a100-40g-pcie4]
-trials: {len(TAUS)}
-sampler: {{name: grid, seed: 0}}
-baselines: {{dense: false, untuned_freekv: null}}
-device: cpu
-"""
+STUDY = tiny_grid_study("killed", TAUS)
 
 
 def _trials(url: str) -> list[optuna.trial.FrozenTrial]:
