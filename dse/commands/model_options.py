@@ -1,5 +1,6 @@
 """`--model-file`, `--max-positions`, `--rope-scaling`: the model choice flags of dse sim, capacity, serve and
-trace (traces.model_files for the file format and what an override means).
+trace (traces.model_files for the file format and what an override means). `--model` itself may be the
+path of a local model (traces.model_metadata: a .gguf file or a Hugging Face directory).
 
     @model_options
     @click.command()
@@ -46,6 +47,7 @@ def choose_model(model: str | None, model_file: Path | None, max_positions: int 
     or they disagree."""
     from dse.errors import DseError
     from traces.model_files import load_model_file, with_positions
+    from traces.model_metadata import is_model_path
     from traces.models import get_model, use_model
 
     spec = None
@@ -56,7 +58,10 @@ def choose_model(model: str | None, model_file: Path | None, max_positions: int 
                            f"{model_file}; give one of them, or the same name")
     elif model is None:
         raise DseError("give --model NAME (a registry name or a model file's in $FREEKV_DSE_MODELS: "
-                       "docs/models.md) or --model-file PATH")
+                       "docs/models.md), --model PATH (a .gguf file or a Hugging Face directory) or "
+                       "--model-file PATH")
+    elif is_model_path(model):  # a local model: its shape is read from its metadata, and said below
+        spec = get_model(model)
     if max_positions is not None or rope_scaling is not None:
         spec = with_positions(spec or get_model(model), max_positions, rope_scaling)
     if spec is None:
