@@ -76,7 +76,8 @@ def gguf_parts(path: Path) -> list[Path]:
             f"GGUF file {path} is part {number} of {count} of a split model: give its first part "
             f"{first.name} (the metadata lives there; the other parts are found beside it)"
         )
-    parts = [path.with_name(f"{match['prefix']}-{i:05d}-of-{match['count']}.gguf") for i in range(1, count + 1)]
+    parts = [path.with_name(f"{match['prefix']}-{i:05d}-of-{match['count']}.gguf")
+             for i in range(1, count + 1)]
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
         raise ModelMetadataError(
@@ -136,7 +137,8 @@ def _int_key(reader: Any, key: str, where: str, default: int | None = None) -> i
     if value is None:
         if default is not None:
             return default
-        raise ModelMetadataError(f"{where}: metadata key {key} is missing; a GGUF of this architecture has it")
+        raise ModelMetadataError(f"{where}: metadata key {key} is missing; a GGUF of this architecture "
+                                 "has it")
     if isinstance(value, list):  # per-layer values (e.g. head counts varying by layer)
         if not value or len(set(value)) != 1:
             raise ModelMetadataError(f"{where}: {key} varies by layer ({value[:8]}...); only models with the "
@@ -266,7 +268,8 @@ def spec_from_gguf(path: Path, name: str) -> ModelSpec:
     return ModelSpec(
         name=name, hf_id=f"local:{path.resolve()}", architecture=str(arch),
         n_layers=_int_key(reader, f"{arch}.block_count", where), hidden_size=hidden, n_qo_heads=heads,
-        n_kv_heads=kv_heads, head_dim=head_dim, ffn_size=_int_key(reader, f"{arch}.feed_forward_length", where),
+        n_kv_heads=kv_heads, head_dim=head_dim,
+        ffn_size=_int_key(reader, f"{arch}.feed_forward_length", where),
         vocab_size=embed[-1], rope_theta=theta, max_position_tokens=positions,
         tied_embeddings=tensors.shape("output.weight") is None,
         qkv_bias=tensors.shape("blk.0.attn_q.bias") is not None, source=described, rope_scaling=scaling,

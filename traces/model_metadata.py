@@ -48,8 +48,8 @@ def model_path(name: str) -> Path:
 def _unsupported(where: str, found: Any, key: str) -> ModelMetadataError:
     return ModelMetadataError(
         f"{where}: {key} {found!r} is not supported; the runtime runs {', '.join(SUPPORTED_ARCHITECTURES)} "
-        "models (Llama, Qwen2 / Qwen2.5, SmolLM, ...). For the simulator alone, describe the model in a model "
-        "file (docs/models.md)"
+        "models (Llama, Qwen2 / Qwen2.5, SmolLM, ...). For the simulator alone, describe the model in a "
+        "model file (docs/models.md)"
     )
 
 
@@ -115,8 +115,8 @@ def spec_from_hf_dir(path: Path, name: str) -> ModelSpec:
     heads = _positive(config, "num_attention_heads", where)
     kv_heads = _positive(config, "num_key_value_heads", where, default=heads)
     if heads % kv_heads:
-        raise ModelMetadataError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
-                                 f"{kv_heads}")
+        raise ModelMetadataError(f"{where}: num_attention_heads {heads} is not a multiple of "
+                                 f"num_key_value_heads {kv_heads}")
     theta, scaling = _rope(config, where)
     positions = _positive(config, "max_position_embeddings", where)
     original = scaling.get("original_max_position_embeddings")
@@ -127,7 +127,8 @@ def spec_from_hf_dir(path: Path, name: str) -> ModelSpec:
         name=name, hf_id=f"local:{path.resolve()}", architecture=arch,
         n_layers=_positive(config, "num_hidden_layers", where), hidden_size=hidden, n_qo_heads=heads,
         n_kv_heads=kv_heads, head_dim=_positive(config, "head_dim", where, default=hidden // heads),
-        ffn_size=_positive(config, "intermediate_size", where), vocab_size=_positive(config, "vocab_size", where),
+        ffn_size=_positive(config, "intermediate_size", where),
+        vocab_size=_positive(config, "vocab_size", where),
         rope_theta=theta, max_position_tokens=positions,
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),

@@ -151,9 +151,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 @click.command(name="trace")
 @click.option("--model", default="smollm2-135m", show_default=True,
-              help="Registry model name, or the path of a local model whose metadata gives its shape: a .gguf "
-              "file (the first part NAME-00001-of-0000N.gguf of a split one) or a Hugging Face directory with "
-              "config.json (docs/models.md).")
+              help="Registry model name, or the path of a local model whose metadata gives its shape: a "
+              ".gguf file (the first part NAME-00001-of-0000N.gguf of a split one) or a Hugging Face "
+              "directory with config.json (docs/models.md).")
 @click.option("--task", "task_name", default="passkey", show_default=True,
               help="A task of freekv_runtime.tasks.TASKS: passkey, fidelity, longgen, niah_single, "
                    "niah_multikey, "
