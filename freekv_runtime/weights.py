@@ -374,9 +374,10 @@ def _load_hf_dir(hf_dir: Path, dtype: torch.dtype, spec: ModelSpec) -> tuple[Any
                 config.rope_parameters = rope
                 config.max_position_embeddings = spec.max_position_tokens
                 extra["config"] = config
+                given_by = ("the model's metadata (transformers' GGUF loader keeps no rope scaling)"
+                            if spec.hf_id.startswith("local:") else "the registry (config.json has none)")
                 scaled = (f"rope scaling {rope['rope_type']} x{float(rope['factor']):g} to "
-                          f"{spec.max_position_tokens} positions applied from the registry "
-                          "(config.json has none)")
+                          f"{spec.max_position_tokens} positions applied from {given_by}")
             model = AutoModelForCausalLM.from_pretrained(
                 hf_dir, dtype=dtype, local_files_only=True, attn_implementation="sdpa", **extra
             )

@@ -235,8 +235,8 @@ def spec_from_gguf(path: Path, name: str) -> ModelSpec:
     if arch not in GGUF_ARCHITECTURES:
         raise ModelMetadataError(
             f"{where}: architecture {arch!r} (general.architecture) is not supported; the runtime runs "
-            f"{', '.join(GGUF_ARCHITECTURES)} models (Llama, Mistral converted as llama, Qwen2 / Qwen2.5, "
-            "SmolLM, ...). For the simulator alone, describe the model in a model file (docs/models.md)"
+            f"{', '.join(GGUF_ARCHITECTURES)} models (Llama, SmolLM, Qwen2 / Qwen2.5, ...). For the "
+            "simulator alone, describe the model in a model file (docs/models.md)"
         )
     hidden = _int_key(reader, f"{arch}.embedding_length", where)
     heads = _int_key(reader, f"{arch}.attention.head_count", where)

@@ -191,3 +191,20 @@ def test_the_default_models_gguf_gives_the_registry_shape() -> None:
               if k not in ("name", "hf_id", "source") and v != getattr(registry, k)}
     assert differ == {}
     assert spec.bytes_per_param is None  # Q4_1: quantised, priced at the simulation's dtype_bytes
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_llama3_rope_scaling_of_a_gguf_is_applied_when_loading(tmp_path) -> None:
+    """transformers' GGUF loader drops the rope_freqs tensor: the runtime applies the scaling read from it,
+    so the GGUF gives the logits of the HF model configured with Llama 3's scaling."""
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    hf = tiny_hf_model("llama", tmp_path / "l3", max_position_embeddings=32768,
+                       rope_parameters={"rope_theta": 500000.0, **llama3})
+    factors = llama3_rope_factors(16, 500000.0, 8.0)
+    gguf_path = write_gguf(hf, tmp_path / "l3.gguf", rope={"rope_freqs": factors})
+    loaded = load_model(str(gguf_path[0]))
+    assert "rope scaling llama3 x8 to 32768 positions applied from the model's metadata" in loaded.source
+    ids = torch.arange(3, 200).reshape(1, -1)
+    reference = load_model(str(hf)).model(ids).logits
+    torch.testing.assert_close(loaded.model(ids).logits, reference, rtol=0, atol=1e-5)
