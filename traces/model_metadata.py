@@ -2,9 +2,11 @@
 torch.
 
 `--model PATH` (and `model: {name: PATH}` in a study) names a local model: a `.gguf` file, the first part
-of a split GGUF (`NAME-00001-of-0000N.gguf`), or a Hugging Face directory with `config.json`. A name is a
-path when it ends in `.gguf` or holds a path separator (`./qwen`, `~/models/x`, `/abs/dir`); registry
-names hold neither. The spec's name is the path as given, so every process of a sweep resolves it the
+of a split GGUF (`NAME-00001-of-0000N.gguf`), a Hugging Face directory with `config.json`, or a Hugging
+Face id (`org/name`) that is no local path but has a snapshot in the local Hugging Face cache
+(`HF_HUB_CACHE`, `HF_HOME/hub` or ~/.cache/huggingface/hub). A name is a path when it ends in `.gguf` or
+holds a path separator (`./qwen`, `~/models/x`, `/abs/dir`, `Qwen/Qwen2.5-0.5B-Instruct`); registry names
+hold neither. The spec's name is the path as given, so every process of a sweep resolves it the
 same way, and traces carry the full spec.
 
 What is read: traces.gguf_metadata for a GGUF; for a directory, config.json (read as JSON, the keys
@@ -29,7 +31,7 @@ from traces.model_files import ROPE_TYPES
 from traces.model_spec import ModelSpec
 
 __all__ = ["ModelMetadataError", "SUPPORTED_ARCHITECTURES", "is_model_path", "model_path", "spec_from_path",
-           "spec_from_hf_dir"]
+           "spec_from_hf_dir", "hf_hub_cache", "hf_cache_snapshot"]
 
 SUPPORTED_ARCHITECTURES = GGUF_ARCHITECTURES  # config.json model_type and GGUF general.architecture alike
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -40,9 +42,51 @@ def is_model_path(name: str) -> bool:
     return name.lower().endswith(".gguf") or "/" in name or os.sep in name or name.startswith("~")
 
 
+def hf_hub_cache() -> Path:
+    """The local Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def _is_hf_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def hf_cache_snapshot(hf_id: str) -> tuple[Path | None, str]:
+    """The snapshot of `hf_id` in the local hub cache that refs/main pins (else the newest) with config.json
+    and safetensors, and a sentence saying where it looked."""
+    hub = hf_hub_cache()
+    repo = hub / f"models--{hf_id.replace('/', '--')}"
+    looked = f"the Hugging Face cache {hub} has no snapshot of {repo.name} with config.json and safetensors"
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        pinned = repo / "snapshots" / ref.read_text().strip()
+        if _is_hf_dir(pinned):
+            return pinned, looked
+    snapshots = [p for p in (repo / "snapshots").glob("*") if _is_hf_dir(p)]
+    if not snapshots:
+        return None, looked
+    return max(snapshots, key=lambda p: p.stat().st_mtime), looked
+
+
+def _could_be_hf_id(name: str) -> bool:
+    org, sep, rest = name.partition("/")
+    return bool(sep and org and rest) and "/" not in rest and not name.startswith((".", "~")) \
+        and not name.lower().endswith(".gguf")
+
+
 def model_path(name: str) -> Path:
-    """The file or directory a path name points at (~ expanded, relative to the working directory)."""
-    return Path(name).expanduser()
+    """The file or directory a path name points at (~ expanded, relative to the working directory); for a
+    Hugging Face id that is no local path, its snapshot in the local hub cache when there is one."""
+    path = Path(name).expanduser()
+    if not path.exists() and _could_be_hf_id(name):
+        snapshot, _ = hf_cache_snapshot(name)
+        if snapshot is not None:
+            return snapshot
+    return path
 
 
 def _unsupported(where: str, found: Any, key: str) -> ModelMetadataError:
@@ -150,10 +194,12 @@ def spec_from_path(name: str) -> ModelSpec:
     file that is not a GGUF, an unsupported architecture or a missing part of a split GGUF."""
     path = model_path(name)
     if not path.exists():
+        cache = (f", nor a Hugging Face id with a snapshot in the local cache ({hf_cache_snapshot(name)[1]})"
+                 if _could_be_hf_id(name) else "")
         raise ModelMetadataError(
-            f"model {name!r} is a path, and {path} does not exist: give a .gguf file (the first part "
+            f"model {name!r} is a path, and {path} does not exist{cache}: give a .gguf file (the first part "
             "NAME-00001-of-0000N.gguf of a split one), a Hugging Face directory with config.json, or a "
-            "registry name (`dse sim --help` lists them)"
+            "registry name (the registry and model files: docs/models.md)"
         )
     if path.is_file() and path.suffix.lower() != ".gguf":
         raise ModelMetadataError(

@@ -236,3 +236,22 @@ def test_llama3_rope_scaling_of_a_gguf_is_applied_when_loading(tmp_path) -> None
     ids = torch.arange(3, 200).reshape(1, -1)
     reference = load_model(str(hf)).model(ids).logits
     torch.testing.assert_close(loaded.model(ids).logits, reference, rtol=0, atol=1e-5)
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_a_hugging_face_id_in_the_local_cache_is_a_model_path(tiny, tmp_path, monkeypatch, capsys) -> None:
+    import shutil
+
+    hub = tmp_path / "hub"
+    snapshot = hub / "models--org--tiny-qwen" / "snapshots" / "abc123"
+    shutil.copytree(tiny["qwen2"]["hf"], snapshot)
+    (hub / "models--org--tiny-qwen" / "refs").mkdir()
+    (hub / "models--org--tiny-qwen" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    spec = get_model("org/tiny-qwen")
+    assert spec.name == "org/tiny-qwen" and spec.n_layers == 2 and str(snapshot.resolve()) in spec.source
+    assert load_model("org/tiny-qwen").source == f"local directory {snapshot.resolve()}"
+    assert main(["sim", "--method", "dense", "--hardware", "a100-80g-sxm", "--output-tokens", "4",
+                 "--input-tokens", "100", "--model", "org/other"]) == 2
+    err = capsys.readouterr().err
+    assert "nor a Hugging Face id with a snapshot in the local cache" in err and "models--org--other" in err
