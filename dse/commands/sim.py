@@ -66,8 +66,8 @@ command.add_command(calibrate_command)
 )
 @click.option(
     "--model", default=None,
-    help="target model (registry name, or a model file's: --model-file); a trace of another model is mapped "
-    "onto its layers and heads"
+    help="target model (registry name, a model file's: --model-file, or the path of a .gguf file or HF "
+    "directory whose metadata gives the shape); a trace of another model is mapped onto its layers and heads"
 )
 @model_options
 @click.option("--hardware", required=True, help="hardware profile name or YAML file (dse hardware list)")
