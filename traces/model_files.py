@@ -184,6 +184,12 @@ def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
     """Read and validate one model file (module docstring)."""
     p = Path(path).expanduser()
     where = f"model file {p}"
+    if p.suffix.lower() == ".gguf" or p.is_dir():
+        raise ModelFileError(
+            f"{where} is a {'GGUF file' if p.is_file() or p.suffix.lower() == '.gguf' else 'directory'}, not "
+            f"a YAML model file: give a model's own files with --model {p} (its shape is read from its "
+            "metadata: docs/models.md)"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

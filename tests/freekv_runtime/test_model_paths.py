@@ -255,3 +255,11 @@ def test_a_hugging_face_id_in_the_local_cache_is_a_model_path(tiny, tmp_path, mo
                  "--input-tokens", "100", "--model", "org/other"]) == 2
     err = capsys.readouterr().err
     assert "nor a Hugging Face id with a snapshot in the local cache" in err and "models--org--other" in err
+
+
+def test_a_gguf_given_as_model_file_points_to_model_path(tiny, capsys) -> None:
+    path = tiny["llama"]["gguf"]
+    assert main(["sim", "--method", "dense", "--hardware", "a100-80g-sxm", "--output-tokens", "4",
+                 "--input-tokens", "100", "--model-file", str(path)]) == 2
+    assert f"is a GGUF file, not a YAML model file: give a model's own files with --model {path}" in \
+        capsys.readouterr().err
