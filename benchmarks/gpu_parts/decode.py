@@ -2,18 +2,19 @@
 with random weights, bf16.
 
 Per (context, batch, method[, tau]): a fresh policy state is filled. Dense and FreeKV: through the
-policy's own prefill with `context` tokens of random K/V per layer and one query (the prefill's attention
-output is not needed to time decode, and a 64K-token batch-4 prefill through the model would not fit
-beside the full cache). Every other policy: the model's own prefill of `context` random tokens, because
-peers need what only a real prefill gives them (the prompt's queries for SnapKV/H2O/TOVA-style votes,
-the pre-RoPE layer inputs for ShadowKV); each row says which (`fill`). Then 2 untimed steps; `steps`
-timed steps (wall clock around each step, CUDA-synchronised, per-op timing events off); min(steps, 8) steps recorded into a trace with the per-operation
-CUDA-event timings on (their wall time too: `ms_per_token_with_op_timing`); 3 steps under the torch
-profiler (a CUDA timeline of kernels and copies, kept compact in timeline.json.gz, from which
-timeline.py derives the recall bandwidth and the recall/compute overlap). FreeKV knobs as the paper:
-B=2048, S=W=512, p=32, layer 0 dense; every other policy runs at the same retrieval knobs and its own
-method knobs' defaults. Rows land in DIR/decode/table.json and table.md after every
-configuration; an out-of-memory or other error is recorded in its row and the next one runs.
+policy's own prefill with `context` tokens of random K/V per layer and one query (the prefill's
+attention output is not needed to time decode, and a 64K-token batch-4 prefill through the model would
+not fit beside the full cache). Every other policy: the model's own prefill of `context` random tokens,
+because peers need what only a real prefill gives them (the prompt's queries for SnapKV/H2O/TOVA-style
+votes, the pre-RoPE layer inputs for ShadowKV); each row says which (`fill`). Then 2 untimed steps;
+`steps` timed steps (wall clock around each step, CUDA-synchronised, per-op timing events off);
+min(steps, 8) steps recorded into a trace with the per-operation CUDA-event timings on (their wall time
+too: `ms_per_token_with_op_timing`); 3 steps under the torch profiler (a CUDA timeline of kernels and
+copies, kept compact in timeline.json.gz, from which timeline.py derives the recall bandwidth and the
+recall/compute overlap). FreeKV knobs as the paper: B=2048, S=W=512, p=32, layer 0 dense; every other
+policy runs at the same retrieval knobs and its own method knobs' defaults. Rows land in
+DIR/decode/table.json and table.md after every configuration; an out-of-memory or other error is
+recorded in its row and the next one runs.
 
 Without CUDA: a CPU smoke run of the same code (smollm2-135m's shape cut to 2 layers, 1K context,
 float32, small knobs), labelled as such, and the part is reported skipped.

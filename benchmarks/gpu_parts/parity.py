@@ -4,10 +4,10 @@ For each policy of the suite's --parity-methods (default FreeKV), the same rando
 CPU with one seed, then moved) run the fidelity task (teacher-forced: both devices see the same tokens
 whatever they predict) on the CPU and on CUDA in float32. `compare_traces` then walks the two traces
 step by step: corrections, selected pages and recalled (missed) pages per (sequence, step, layer, KV
-head), plus the initial selection after prefill and the largest difference of the query similarity. Decisions are causal: after the first
-differing selection the caches differ, so later recalls may differ too; `first_divergence` says where
-it started. Writes DIR/parity/<method>/{cpu,cuda}/ (trace + summary.json) and DIR/parity/parity.json
-(one entry per method).
+head), plus the initial selection after prefill and the largest difference of the query similarity.
+Decisions are causal: after the first differing selection the caches differ, so later recalls may differ
+too; `first_divergence` says where it started. Writes DIR/parity/<method>/{cpu,cuda}/ (trace +
+summary.json) and DIR/parity/parity.json (one entry per method).
 """
 
 from __future__ import annotations
