@@ -2,14 +2,16 @@
 
     python3 benchmarks/gpu_suite.py --out DIR [--parts tests,parity,decode,microbench,kernels] [--quick]
         [--contexts 8192,32768,65536] [--batches 1,4] [--taus 0.8,0.9] [--steps 16]
+        [--methods dense,freekv] [--parity-methods freekv]
 
 Parts (each in benchmarks/gpu_parts/, each writes DIR/<part>/):
 - tests: the `gpu`-marked tests and the Triton compile check, pytest with junit XML and a log;
-- parity: the same random weights and seed decoded on the CPU and on CUDA (teacher-forced), the two
-  traces compared step by step (selections, corrections, recalled pages);
-- decode: `full` and `freekv` decode on the Llama-3.1-8B shape (random weights, bf16) per context,
-  batch and tau (B=2048, S=W=512, p=32), ms/token and tokens/s, CUDA-event per-op timings in a trace,
-  a profiler timeline, recall bandwidth and recall/compute overlap; table.json + table.md;
+- parity: per policy of --parity-methods, the same random weights and seed decoded on the CPU and on
+  CUDA (teacher-forced), the two traces compared step by step (selections, corrections, recalled pages);
+- decode: the policies of --methods (default `dense` and `freekv`; `peers` adds every retrieval peer)
+  on the Llama-3.1-8B shape (random weights, bf16) per context, batch and (FreeKV) tau (B=2048, S=W=512,
+  p=32), ms/token and tokens/s, CUDA-event per-op timings in a trace, a profiler timeline, recall
+  bandwidth and recall/compute overlap; table.json + table.md;
 - microbench: what the simulator's software and hardware profiles assume -> DIR/microbench.json
   (schema "freekv-dse-microbench/1", docs/hardware.md "Calibrating from microbenchmarks");
 - kernels: the Triton kernels' achieved bandwidth against the GPU's HBM peak.
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_parts import decode, kernel_bw, microbench, parity, tests_part  # noqa: E402
 from gpu_parts.common import Options, Skipped, machine, write_json  # noqa: E402
+from gpu_parts.methods import parse_methods  # noqa: E402
 
 PARTS = {
     "tests": tests_part.run,
@@ -66,6 +69,15 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
     parser.add_argument("--taus", default="0.8,0.9", help="FreeKV tau values [0.8,0.9]")
     parser.add_argument("--steps", type=int, default=None, help="timed decode steps per config [16; quick 4]")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    parser.add_argument(
+        "--methods", default="dense,freekv",
+        help="decode: comma-separated runtime policies; 'peers' = every retrieval peer, 'all' = every "
+        "policy [dense,freekv]",
+    )
+    parser.add_argument(
+        "--parity-methods", default="freekv",
+        help="parity: comma-separated runtime policies compared CPU vs CUDA; 'peers', 'all' [freekv]",
+    )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
@@ -81,6 +93,11 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
     steps = args.steps if args.steps is not None else (4 if args.quick else 16)
     if steps < 1:
         parser.error(f"--steps must be at least 1, got {steps}")
+    try:
+        methods = parse_methods(args.methods, "--methods")
+        parity_methods = parse_methods(args.parity_methods, "--parity-methods")
+    except ValueError as exc:
+        parser.error(str(exc))
     opts = Options(
         out=args.out,
         quick=args.quick,
@@ -89,6 +106,8 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
         taus=taus,
         steps=steps,
         seed=args.seed,
+        methods=methods,
+        parity_methods=parity_methods,
         repo=REPO,
     )
     return opts, parts

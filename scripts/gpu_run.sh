@@ -7,6 +7,7 @@
 #   scripts/gpu_run.sh --parts tests,microbench,kernels,parity     # ~3-5 min on an H100 (estimate)
 #   scripts/gpu_run.sh --parts decode --contexts 8192,32768
 #   scripts/gpu_run.sh --parts decode --contexts 65536
+#   scripts/gpu_run.sh --parts decode --contexts 32768 --batches 1 --methods peers
 #   scripts/gpu_run.sh --quick                                     # everything, small: a first smoke run
 # The suite stops itself after GPU_SUITE_TIMEOUT_S (default 560 s) so that the 600 s command limit never
 # cuts it mid-write; suite.json and every finished part are already on disk by then.

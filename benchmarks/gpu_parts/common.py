@@ -31,6 +31,8 @@ class Options:
     batches: tuple[int, ...]
     taus: tuple[float, ...]
     steps: int
+    methods: tuple[str, ...]  # decode part: runtime policies (freekv once per tau)
+    parity_methods: tuple[str, ...]  # parity part: runtime policies compared CPU vs CUDA
     seed: int
     repo: Path
 

@@ -1,15 +1,20 @@
-"""Part `decode`: `dense` and `freekv` decode on the Llama-3.1-8B shape with random weights, bf16.
+"""Part `decode`: the suite's --methods (default `dense` and `freekv`) decode on the Llama-3.1-8B shape
+with random weights, bf16.
 
-Per (context, batch, method[, tau]): a fresh policy state is filled through the policy's own prefill
-with `context` tokens of random K/V per layer and one query (the prefill's attention output is not
-needed to time decode, and a 64K-token batch-4 prefill through the model would not fit beside the full
-cache). Then 2 untimed steps; `steps` timed steps (wall clock around each step, CUDA-synchronised,
-per-op timing events off); min(steps, 8) steps recorded into a trace with the per-operation
-CUDA-event timings on (their wall time too: `ms_per_token_with_op_timing`); 3 steps under the torch
-profiler (a CUDA timeline of kernels and copies, kept compact in timeline.json.gz, from which
-timeline.py derives the recall bandwidth and the recall/compute overlap). FreeKV knobs as the paper:
-B=2048, S=W=512, p=32, layer 0 dense. Rows land in DIR/decode/table.json and table.md after every
-configuration; an out-of-memory or other error is recorded in its row and the next one runs.
+Per (context, batch, method[, tau]): a fresh policy state is filled. Dense and FreeKV: through the
+policy's own prefill with `context` tokens of random K/V per layer and one query (the prefill's
+attention output is not needed to time decode, and a 64K-token batch-4 prefill through the model would
+not fit beside the full cache). Every other policy: the model's own prefill of `context` random tokens,
+because peers need what only a real prefill gives them (the prompt's queries for SnapKV/H2O/TOVA-style
+votes, the pre-RoPE layer inputs for ShadowKV); each row says which (`fill`). Then 2 untimed steps;
+`steps` timed steps (wall clock around each step, CUDA-synchronised, per-op timing events off);
+min(steps, 8) steps recorded into a trace with the per-operation CUDA-event timings on (their wall time
+too: `ms_per_token_with_op_timing`); 3 steps under the torch profiler (a CUDA timeline of kernels and
+copies, kept compact in timeline.json.gz, from which timeline.py derives the recall bandwidth and the
+recall/compute overlap). FreeKV knobs as the paper: B=2048, S=W=512, p=32, layer 0 dense; every other
+policy runs at the same retrieval knobs and its own method knobs' defaults. Rows land in
+DIR/decode/table.json and table.md after every configuration; an out-of-memory or other error is
+recorded in its row and the next one runs.
 
 Without CUDA: a CPU smoke run of the same code (smollm2-135m's shape cut to 2 layers, 1K context,
 float32, small knobs), labelled as such, and the part is reported skipped.
@@ -34,6 +39,7 @@ from gpu_parts.decode_profile import PROFILE_STEPS, profile_steps
 __all__ = ["run", "DecodeSetup", "markdown_table"]
 
 WARMUP_STEPS = 2
+RANDOM_KV_FILL = ("dense", "freekv")  # filled by their own prefill of random K/V (the module docstring)
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,19 @@ def _fill(
     return time.perf_counter() - t0
 
 
+def _fill_by_model(
+    ctx: Any, vocab_size: int, batch: int, context: int, device: torch.device, gen: torch.Generator
+) -> float:
+    """The model's own prefill of `context` random tokens per sequence; seconds taken."""
+    from freekv_runtime.decode import prefill
+
+    tokens = torch.randint(3, vocab_size, (batch, context), generator=gen, device=device)
+    t0 = time.perf_counter()
+    prefill(ctx, tokens)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
 def _config_name(method: str, tau: float | None, context: int, batch: int) -> str:
     return f"{method}{'' if tau is None else f'-tau{tau:g}'}-ctx{context}-b{batch}"
 
@@ -137,9 +156,14 @@ def _one(
     gen = torch.Generator(device=device).manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    fill_s = _fill(state, adapter.shape, batch, context, device, dtype, gen)
-    timer.collect()
     ctx = DecodeContext(adapter, state, adapter.rope_table(total), timer)
+    if method in RANDOM_KV_FILL:
+        fill = "random K/V, one query"
+        fill_s = _fill(state, adapter.shape, batch, context, device, dtype, gen)
+    else:
+        fill = "model prefill of random tokens"
+        fill_s = _fill_by_model(ctx, loaded.spec.vocab_size, batch, context, device, gen)
+    timer.collect()
     token = torch.randint(3, loaded.spec.vocab_size, (batch, 1), generator=gen, device=device)
     step = _decode_step(ctx, token, context)
     for _ in range(WARMUP_STEPS):
@@ -150,6 +174,7 @@ def _one(
         "tau": tau,
         "context": context,
         "batch": batch,
+        "fill": fill,
         **_plain_step_timings(step, state, timer, device, batch, steps, fill_s),
     }
     meta = _metadata(loaded, knobs, setup, timer, batch, context, seed)
@@ -319,7 +344,7 @@ def run(out: Path, opts: Options) -> dict:
     t0 = time.perf_counter()
     loaded = load_random_model(setup.model, opts.seed, device, setup.dtype, setup.layers)
     build_s = time.perf_counter() - t0
-    methods: list[tuple[str, float | None]] = [("dense", None)] + [("freekv", t) for t in opts.taus]
+    methods = [(m, t) for m in opts.methods for t in (opts.taus if m == "freekv" else (None,))]
     rows: list[dict[str, Any]] = []
     for context in contexts:
         for batch in batches:

@@ -1,12 +1,13 @@
 """Part `parity`: do the CUDA and CPU paths make the same decisions?
 
-The same random weights (drawn on the CPU with one seed, then moved) run the fidelity task
-(teacher-forced: both devices see the same tokens whatever they predict) with FreeKV on the CPU and on
-CUDA in float32. `compare_traces` then walks the two traces step by step: corrections, selected pages
-and recalled (missed) pages per (sequence, step, layer, KV head), plus the initial selection after
-prefill and the largest difference of the query similarity. Decisions are causal: after the first
-differing selection the caches differ, so later recalls may differ too; `first_divergence` says where
-it started. Writes DIR/parity/{cpu,cuda}/ (trace + summary.json) and DIR/parity/parity.json.
+For each policy of the suite's --parity-methods (default FreeKV), the same random weights (drawn on the
+CPU with one seed, then moved) run the fidelity task (teacher-forced: both devices see the same tokens
+whatever they predict) on the CPU and on CUDA in float32. `compare_traces` then walks the two traces
+step by step: corrections, selected pages and recalled (missed) pages per (sequence, step, layer, KV
+head), plus the initial selection after prefill and the largest difference of the query similarity.
+Decisions are causal: after the first differing selection the caches differ, so later recalls may differ
+too; `first_divergence` says where it started. Writes DIR/parity/<method>/{cpu,cuda}/ (trace +
+summary.json) and DIR/parity/parity.json (one entry per method).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def compare_traces(a_dir: Path, b_dir: Path) -> dict[str, Any]:
     }
 
 
-def _trace(setup: ParitySetup, device: str, out: Path, seed: int) -> dict[str, Any]:
+def _trace(setup: ParitySetup, method: str, device: str, out: Path, seed: int) -> dict[str, Any]:
     from freekv_runtime.api import TraceRequest, run_trace
     from freekv_runtime.config import RuntimeConfig
     from freekv_runtime.tasks import TaskSpec
@@ -118,7 +119,8 @@ def _trace(setup: ParitySetup, device: str, out: Path, seed: int) -> dict[str, A
         task=TaskSpec(
             "fidelity", context_tokens=setup.context_tokens, n_samples=1, decode_tokens=setup.decode_tokens
         ),
-        runtime=RuntimeConfig(method="freekv", dense_layers=(0,), **setup.knobs, knobs={"tau": setup.tau}),
+        runtime=RuntimeConfig(method=method, dense_layers=(0,), **setup.knobs,
+                              knobs={"tau": setup.tau} if method == "freekv" else {}),
         out_dir=out,
         seed=seed,
         device=device,
@@ -137,30 +139,45 @@ def _trace(setup: ParitySetup, device: str, out: Path, seed: int) -> dict[str, A
     }
 
 
-def run(out: Path, opts: Options) -> dict:
-    setup = SMALL if opts.quick or not has_cuda() else FULL
-    result: dict[str, Any] = {
-        "setup": setup.__dict__,
-        "dtype": "float32",
-        "seed": opts.seed,
-        "cpu": _trace(setup, "cpu", out / "cpu", opts.seed),
-    }
-    write_json(out / "parity.json", result)  # the CPU side lands even if the CUDA side then fails
+def _one_method(setup: ParitySetup, method: str, out: Path, seed: int) -> dict[str, Any]:
+    """The CPU side, then (with CUDA) the CUDA side and their comparison, of one policy."""
+    result: dict[str, Any] = {"cpu": _trace(setup, method, "cpu", out / "cpu", seed)}
     if not has_cuda():
-        result.update(
-            status="skipped",
-            reason=f"{cuda_skip_reason()}: only the CPU side ran "
-            f"({result['cpu']['trace']}); nothing to compare it with",
-        )
-        write_json(out / "parity.json", result)
         return result
-    result["cuda"] = _trace(setup, "cuda", out / "cuda", opts.seed)
+    result["cuda"] = _trace(setup, method, "cuda", out / "cuda", seed)
     result["comparison"] = compare_traces(out / "cpu" / "trace", out / "cuda" / "trace")
-    write_json(out / "parity.json", result)
     counts = result["comparison"]["counts"]
     result["summary"] = (
         f"identical: {result['comparison']['identical']}; mismatching corrections "
         f"{counts['corrected']}, selections {counts['selected']}, recalls {counts['missed']} "
         f"of {counts['head_checks']} head checks"
     )
+    return result
+
+
+def run(out: Path, opts: Options) -> dict:
+    setup = SMALL if opts.quick or not has_cuda() else FULL
+    result: dict[str, Any] = {"setup": setup.__dict__, "dtype": "float32", "seed": opts.seed, "methods": {}}
+    for method in opts.parity_methods:
+        print(f"   parity {method}", flush=True)
+        try:
+            result["methods"][method] = _one_method(setup, method, out / method, opts.seed)
+        except Exception as exc:  # noqa: BLE001 - recorded for this method; the next one runs
+            result["methods"][method] = {"error": f"{type(exc).__name__}: {exc}"}
+        write_json(out / "parity.json", result)  # each method lands as it finishes
+    failed = [m for m, r in result["methods"].items() if "error" in r]
+    if not has_cuda():
+        result.update(
+            status="partial" if failed else "skipped",
+            reason=f"{cuda_skip_reason()}: only the CPU side ran ({', '.join(opts.parity_methods)}); "
+            f"nothing to compare it with" + (f"; failed on the CPU: {', '.join(failed)}" if failed else ""),
+        )
+    else:
+        different = [m for m, r in result["methods"].items() if "comparison" in r
+                     and not r["comparison"]["identical"]]
+        result["summary"] = (f"{len(opts.parity_methods) - len(failed) - len(different)} identical, "
+                             f"different: {different or 'none'}, failed: {failed or 'none'}")
+        if failed:
+            result["status"] = "partial"
+    write_json(out / "parity.json", result)
     return result

@@ -115,12 +115,46 @@ def test_a_failing_part_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
-    "args", [["--parts", "nope"], ["--taus", "2"], ["--contexts", "0"], ["--steps", "0"]]
+    "args",
+    [["--parts", "nope"], ["--taus", "2"], ["--contexts", "0"], ["--steps", "0"], ["--methods", "nope"],
+     ["--methods", ","], ["--parity-methods", "freekv-nohl"]],
 )
 def test_bad_arguments_exit_2(tmp_path, args, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         gpu_suite.main(["--out", str(tmp_path), *args])
     assert exc.value.code == 2 or "error:" in str(exc.value.code)
+
+
+def test_method_lists_expand_from_the_catalogue() -> None:
+    from gpu_parts.methods import parse_methods
+
+    from traces.catalogue import names
+
+    peers = parse_methods("peers", "--methods")
+    assert "freekv" not in peers and {"quest", "arkvale", "shadowkv", "infinigen"} <= set(peers)
+    assert set(peers) == set(names(kind="retrieval", runtime=True)) - {"freekv"}
+    assert parse_methods("dense,freekv,peers,full", "--methods") == ("dense", "freekv", *peers)
+    assert parse_methods("all", "--parity-methods") == names(runtime=True)
+    with pytest.raises(ValueError, match="--methods: 'freekv-nohl' is not a runtime policy"):
+        parse_methods("freekv-nohl", "--methods")
+
+
+@pytest.mark.slow
+@NO_CUDA
+def test_every_policy_runs_through_the_decode_and_parity_parts_on_cpu(tmp_path) -> None:
+    """Each runtime policy through the suite's decode and parity code (CPU smoke shapes), no row failing."""
+    from traces.catalogue import names
+
+    argv = ["--out", str(tmp_path), "--quick", "--parts", "decode,parity", "--methods", "all",
+            "--parity-methods", "all", "--batches", "1", "--taus", "0.9"]
+    assert gpu_suite.main(argv) == 0
+    table = json.loads((tmp_path / "decode" / "table.json").read_text())
+    assert {r.get("method") for r in table["rows"]} == set(names(runtime=True))
+    assert [r["config"] for r in table["rows"] if "error" in r] == []
+    parity = json.loads((tmp_path / "parity" / "parity.json").read_text())
+    assert list(parity["methods"]) == list(names(runtime=True))
+    assert {m: r["error"] for m, r in parity["methods"].items() if "error" in r} == {}
+    assert parity["status"] == "skipped"
 
 
 @pytest.mark.slow
@@ -132,7 +166,7 @@ def test_whole_suite_quick_on_cpu(tmp_path) -> None:
     assert set(parts) == set(gpu_suite.PARTS)
     assert all(p["status"] == "skipped" and "no CUDA device" in p["reason"] for p in parts.values())
     assert (tmp_path / "tests" / "gpu.xml").is_file()
-    assert (tmp_path / "parity" / "cpu" / "trace" / "meta.json").is_file()
+    assert (tmp_path / "parity" / "freekv" / "cpu" / "trace" / "meta.json").is_file()
     table = json.loads((tmp_path / "decode" / "table.json").read_text())
     assert len(table["rows"]) == 6 and all("ms_per_token" in r for r in table["rows"])
     assert "not a GPU number" in (tmp_path / "decode" / "table.md").read_text()
