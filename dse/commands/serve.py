@@ -1,10 +1,12 @@
 """`dse serve`: request-level serving simulation (sim/serving/) per hardware profile, method and scheduler.
 
     dse serve --model M --hardware P1,P2 --method freekv,dense --input-tokens I --output-tokens O
-              --tpot-slo-ms X [--ttft-slo-s T] [--scheduler blocking,chunked,disaggregated]
+              --tpot-slo-ms X [--token-slo-stat tpot-p99|tbt-p99|tbt-p90|tbt-p50] [--ttft-slo-s T]
+              [--scheduler blocking,prefill-first,chunked,disaggregated]
               [--arrival-rate R | --requests FILE | --target-rate R [--seeds K] [--prices FILE]]
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
-              [--chunk-tokens C] [--kv-link-gbps G] [--demand ...] [--implementation ...] [--json FILE]
+              [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
+              [--demand ...] [--implementation ...] [--json FILE]
               [--page-size ... --budget-tokens ... --dense-layers ...] [--set FIELD=VALUE]
               [--option KEY=VALUE] [--software S] [--seed S]
 
@@ -37,6 +39,7 @@ from dse.commands.replay_options import (
 from traces.numbers import MILLISECONDS, RATE_PER_S, REQUESTS, SECONDS, SEED, TOKENS, Range
 
 GPUS = Range(1, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
+GPUS_SEQS = Range(1, 1 << 16, integer=True, unit="sequences", why="at most 65536 per GPU")
 MAX_GPUS = Range(2, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
 SEEDS = Range(1, 64, integer=True, unit="arrival seeds", why="at most 64")
 LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
@@ -76,7 +79,16 @@ __all__ = ["command"]
     type=number(MILLISECONDS),
     default=50.0,
     show_default=True,
-    help="p99 per-token latency (time per output token after the first) SLO, milliseconds",
+    help="per-token latency SLO, milliseconds, on the statistic --token-slo-stat",
+)
+@click.option(
+    "--token-slo-stat",
+    type=click.Choice(["tpot-p99", "tbt-p99", "tbt-p90", "tbt-p50"]),
+    default="tpot-p99",
+    show_default=True,
+    help="what --tpot-slo-ms binds: tpot-p99 = p99 over requests of a request's mean time per output token "
+    "(DistServe, Vidur); tbt-pN = the N-th percentile over every gap between two tokens of every request "
+    "(Sarathi-Serve's capacity criterion at p99: a prefill stall counts at full length)",
 )
 @click.option(
     "--queue-slo-s",
@@ -92,6 +104,7 @@ __all__ = ["command"]
     default="blocking,chunked,disaggregated",
     show_default=True,
     help="comma-separated: blocking (prefill blocks decode, as the research runtimes run), "
+    "prefill-first (vLLM v0.2-v0.3: waiting prompts prefilled together, decode waits), "
     "chunked (Sarathi-Serve / vLLM chunked prefill), disaggregated (prefill and decode pools)",
 )
 @click.option(
@@ -161,6 +174,19 @@ __all__ = ["command"]
     "InfiniBand NIC per GPU)",
 )
 @click.option(
+    "--max-seqs",
+    type=number(GPUS_SEQS),
+    default=None,
+    help="sequences one GPU runs at most, as a serving engine's max_num_seqs [none: memory alone]",
+)
+@click.option(
+    "--max-batched-tokens",
+    type=number(TOKENS),
+    default=None,
+    help="prefill-first: prompt tokens one prefill iteration takes at most, vLLM's max_num_batched_tokens "
+    "[none: memory alone]",
+)
+@click.option(
     "--n-requests",
     type=number(REQUESTS),
     default=None,
@@ -193,6 +219,7 @@ def command(
     output_tokens: int,
     ttft_slo_s: float | None,
     tpot_slo_ms: float,
+    token_slo_stat: str,
     queue_slo_s: float,
     schedulers: str,
     arrival_rate: float | None,
@@ -205,6 +232,8 @@ def command(
     max_gpus: int,
     chunk_tokens: int,
     kv_link_gbps: float,
+    max_seqs: int | None,
+    max_batched_tokens: int | None,
     n_requests: int | None,
     demand: str | None,
     implementation: str,
@@ -229,10 +258,12 @@ def command(
     transplant_method: bool,
 ) -> None:
     """Serve a request stream with continuous batching and memory-gated admission under a scheduler
-    (blocking: prefill blocks decode; chunked: Sarathi-Serve / vLLM chunked prefill; disaggregated:
-    prefill and decode pools with the KV moved over a link): TTFT and per-token latency p50/p99,
-    goodput, the highest Poisson rate under the SLOs, or with --target-rate the fewest GPUs (and, with
-    --prices, dollars) that meet them, over several arrival seeds.
+    (blocking: prefill blocks decode; prefill-first: vLLM v0.2-v0.3, prompts prefilled together while
+    decode waits; chunked: Sarathi-Serve / vLLM chunked prefill; disaggregated: prefill and decode pools
+    with the KV moved over a link): TTFT, TPOT (a request's mean time per token) and TBT (every gap
+    between two tokens) percentiles, goodput, the highest Poisson rate under the SLOs, or with
+    --target-rate the fewest GPUs (and, with --prices, dollars) that meet them, over several arrival
+    seeds.
 
     Each method prices its own demand (its own measured trace, else its own preset); --demand gives one
     to all (another policy's trace only with --transplant-method, labelled). With --accuracy-from or
@@ -283,8 +314,8 @@ def command(
     if fixed is not None:
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
-    slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s)
-    settings = SchedulerSettings(chunk_tokens, kv_link_gbps)
+    slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s, token_slo_stat)
+    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens)
     plan = ServePlan(
         slos=slos,
         schedulers=sched,
@@ -364,6 +395,7 @@ def command(
         "slos": slos.to_dict(),
         "ttft_slo_s": ttft_slo_s,
         "tpot_slo_ms": tpot_slo_ms,
+        "token_slo_stat": token_slo_stat,
         "mode": (
             "fewest GPUs at the target rate"
             if target_rate is not None
