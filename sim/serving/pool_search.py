@@ -1,19 +1,17 @@
-"""Searches for the fewest GPUs on a `meets` predicate that is monotone (more GPUs never break an SLO a
-smaller fleet met), each simulation being one call:
+"""Searches for the fewest GPUs on a `meets` predicate (does this fleet meet the SLOs: one simulation per
+call), monotone in the pool a search bisects (more GPUs there never break an SLO a smaller pool met):
 
 - `smallest(meets, floor, guess, cap)`: one pool (blocking, prefill-first, chunked): grow from the guess
   by half until one meets, then bisect;
 - `fewest_total(meets, start, floors)`: two pools (disaggregated: prefill GPUs p, decode GPUs d): the
-  smallest p + d meeting the SLOs, from a fleet `start` known to meet them. Exact under monotonicity in
-  each pool (a search of every split of every total below the incumbent, pruned by bounds that hold for
-  any fleet smaller than it):
-    B = the incumbent's total; any fleet with p + d < B has p < B and d < B, so if (p, d) meets then
-    (B, d) and (p, B) meet. Hence d >= d_lo = min{d : meets(B, d)} and p >= p_lo = min{p : meets(p, B)}.
-    For p = p_lo, p_lo + 1, ... while p + d_lo < B: the most decode GPUs an improving fleet may have is
-    B - p - 1; if (p, B - p - 1) meets, bisect its fewest decode GPUs over [d_lo, B - p - 1] and make
-    that the incumbent (B shrinks), else no fleet with p prefill GPUs improves on B.
-  Cost: two bisections for the bounds, then one simulation per prefill count in the slack
-  B - p_lo - d_lo, plus a bisection per improvement.
+  smallest p + d meeting the SLOs, from a fleet `start` known to meet them (total B). Every prefill count
+  p from its floor while p + (decode floor) < B is tried with the most decode GPUs a smaller fleet may
+  have, B - p - 1; if that meets, its fewest decode GPUs are bisected and it becomes the incumbent (B
+  shrinks). Exact when meeting the SLOs is monotone in the decode pool (more decode GPUs never break an
+  SLO); nothing is assumed of the prefill pool, where it does not hold: more prefill GPUs hand KV to the
+  decode GPUs in bursts, and a fleet with more prefill GPUs can break a per-token SLO a smaller one met
+  (seen in tests/sim/test_serving_fleet_search.py's case). Cost: one simulation per prefill count in the
+  slack B - p_floor - d_floor, plus a bisection per improvement.
 """
 
 from __future__ import annotations
@@ -57,13 +55,11 @@ def fewest_total(
     them, `floors` are counts below which a pool cannot keep up (never tried)."""
     (p_best, d_best), (p_floor, d_floor) = start, floors
     total = p_best + d_best
-    d_lo = bisect_smallest(lambda d: meets(total, d), d_floor - 1, d_best)
-    p_lo = bisect_smallest(lambda p: meets(p, total), p_floor - 1, p_best)
-    p = p_lo
-    while p + d_lo < total:
+    p = p_floor
+    while p + d_floor < total:
         d_hi = total - p - 1
-        if d_hi >= d_lo and meets(p, d_hi):
-            d = bisect_smallest(lambda k, p=p: meets(p, k), d_lo - 1, d_hi)
+        if meets(p, d_hi):
+            d = bisect_smallest(lambda k, p=p: meets(p, k), d_floor - 1, d_hi)
             p_best, d_best, total = p, d, p + d
         p += 1
     return p_best, d_best
