@@ -65,6 +65,7 @@ def profiled_costs(base: Any, engine: str) -> Any:
     class ProfiledStepCosts(StepCosts):
         def __init__(self) -> None:
             self.__dict__.update(base.__dict__)
+            self.engine = engine
 
         def decode_s(self, batch: int, mean_context: float) -> float:
             return _decode_ms(engine, batch, mean_context) / 1e3

@@ -17,9 +17,8 @@ Schedulers, as the papers' systems map onto sim.serving's:
   trace's max_seq_len 8192; commit ceaa066), DistServe 1024 and 16384 (LLMServe/DistServe
   evaluation/2-benchmark-serving/2-start-api-server.py:57-67).
 - Sarathi-Serve: `chunked` with the paper's token budget and its 128 sequences (the same yml).
-- DistServe: `disaggregated` (prefill and decode GPUs); its prefill-only system: `prefill-first` with one
-  output token and DistServe's context-stage batch limits (128 requests, 8192 tokens:
-  2-start-api-server.py:108-110).
+- DistServe: `disaggregated` (prefill and decode GPUs); Figure 1's prefill-only system: vLLM's
+  `prefill-first` with one output token.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ class PublishedServing:
         of requests meeting both at least `attainment`).
     scheduler / baseline: sim.serving scheduler names; settings / baseline_settings: theirs
         (sim.serving.SchedulerSettings fields, and the pools: prefill_gpus, decode_gpus).
-    profile: the engine of DistServe's profiled step times to run the row with as a diagnostic
-        (benchmarks/distserve_profile.py), "" for none.
+    profiles: the engines of DistServe's profiled step times to run the row with as a diagnostic
+        (benchmarks/distserve_profile.py: "vllm", "distserve"), none if empty.
     needs: features sim.serving lacks (FEATURES).
     """
 
@@ -74,7 +73,7 @@ class PublishedServing:
     baseline: str | None = None
     settings: dict[str, object] = field(default_factory=dict)
     baseline_settings: dict[str, object] = field(default_factory=dict)
-    profile: str = ""
+    profiles: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     mapping: str = ""
 
@@ -122,13 +121,29 @@ ROWS: tuple[PublishedServing, ...] = (
         "token budget 512, 128 sequences -> chunked 512",
     ),
     PublishedServing(
+        key="sarathi-abstract-mistral",
+        source=f"{_SARATHI}, abstract (OSDI 2024 version): 'For Mistral-7B on single A100 GPUs, we achieve "
+        "2.6x higher serving capacity [...] as compared to vLLM'; the capacity search of section 5.1, which "
+        "the OSDI artifact runs for Mistral-7B with microsoft/sarathi-serve "
+        "osdi-experiments/figure-5-6/mistral7b_strict.yml (vLLM and Sarathi-Serve 512 at batch 128, the "
+        "chat trace, 2048 requests; commit ceaa066)",
+        model="mistral-7b", gpu="a100-80g-pcie", gpus_in_paper="1 A100 80GB PCIe",
+        workload={"requests_csv": "sarathi_sharegpt_2048.csv"}, criterion=_SARATHI_CAPACITY,
+        quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first",
+        settings=_SARATHI_SETTINGS, baseline_settings=_SARATHI_VLLM, published=2.6,
+        published_note="the abstract does not say at which SLO and trace the 2.6x is; read here as the "
+        "strict SLO on the chat trace, the setup mistral7b_strict.yml runs (the Yi-34B figure of the same "
+        "sentence, 3.7x, is its strict chat-trace capacity: row sarathi-5.1-yi34b-strict); unconfirmed",
+        mapping="as sarathi-5.2-mistral-strict: the same runs, the abstract's number",
+    ),
+    PublishedServing(
         key="distserve-fig1-vllm",
         source=f"{_DISTSERVE}, section 1 and Figure 1: a 13B LLM (OPT-13B, the paper's 13B model), input 512 "
         "and output 64 tokens, one A100 80GB: 'Under the SLO attainment of 90%, the maximum achievable "
         "goodput on a single A100 GPU [...] is about 1.6 requests per second (rps)' for vLLM",
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="1 A100 80GB (SXM, the paper's cluster)",
         workload={"input_tokens": 512, "output_tokens": 64}, criterion=_DISTSERVE_FIG1,
-        quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM, profile="vllm",
+        quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM, profiles=("vllm",),
         published=1.6,
         published_note="'about 1.6'; SLOs P90 TTFT 0.4 s and P90 TPOT 0.04 s from a summary of the paper "
         "(the figure draws them; the text does not state them)",
@@ -142,12 +157,12 @@ ROWS: tuple[PublishedServing, ...] = (
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="1 A100 80GB",
         workload={"input_tokens": 512, "output_tokens": 1},
         criterion={"ttft_s": 0.4, "attainment": 0.9},
-        quantity="goodput_rps", scheduler="prefill-first",
-        settings={"max_seqs": 128, "max_batched_tokens": 8192},
-        profile="distserve", published=5.6,
-        published_note="TTFT SLO as the row above (from the same summary)",
-        mapping="a prefill-only GPU = prefill-first with one output token per request (the prefill emits "
-        "it), batching waiting prompts as DistServe's context stage does (128 requests, 8192 tokens)",
+        quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM,
+        profiles=("vllm", "distserve"), published=5.6,
+        published_note="TTFT SLO as the row above (from the same summary); which engine served 'only the "
+        "prefill phase' is not said in what could be read",
+        mapping="a prefill-only GPU = vLLM (prefill-first, DistServe's vLLM flags) with one output token "
+        "per request (the prefill emits it); the profiled diagnostic runs both DistServe profiles",
     ),
     PublishedServing(
         key="distserve-fig1-disaggregated",
@@ -156,7 +171,7 @@ ROWS: tuple[PublishedServing, ...] = (
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="3 A100 80GB (2 prefill + 1 decode)",
         workload={"input_tokens": 512, "output_tokens": 64}, criterion=_DISTSERVE_FIG1,
         quantity="goodput_rps", scheduler="disaggregated", settings={"prefill_gpus": 2, "decode_gpus": 1},
-        profile="distserve", published=3.3,
+        profiles=("distserve",), published=3.3,
         published_note="the authors' arithmetic from the two separate-phase goodputs (10 rps / 3 GPUs), "
         "not a run of the disaggregated system",
         mapping="DistServe -> disaggregated with 2 prefill and 1 decode GPU (our prefill GPUs take one "
