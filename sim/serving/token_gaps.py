@@ -25,7 +25,11 @@ __all__ = ["TokenGaps", "GapLog", "weighted_percentile"]
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """numpy.percentile(np.repeat(values, weights), q) without expanding (weights: positive integers)."""
     order = np.argsort(values, kind="stable")
-    v, cum = values[order], np.cumsum(weights[order])
+    return _sorted_percentile(values[order], np.cumsum(weights[order]), q)
+
+
+def _sorted_percentile(v: np.ndarray, cum: np.ndarray, q: float) -> float:
+    """The q-th percentile of sorted values `v` with cumulative weights `cum`."""
     n = int(cum[-1])
     h = (q / 100) * (n - 1)
     lo = int(np.floor(h))
@@ -46,11 +50,11 @@ class TokenGaps:
     rest_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the block's other iterations
     rest_repeat: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # times each repeats
     rest_block: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # its block
+    _sorted: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def count(self) -> int:
-        weights = self.rest_repeat * self.block_sizes[self.rest_block]
-        return int(len(self.first_s) + weights.sum())
+        return int(len(self.first_s) + self._rest_weights().sum())
 
     def percentile(self, q: float, zeros: int = 0) -> float | None:
         """The q-th percentile of every gap and `zeros` more gaps of 0 s (Sarathi-Serve logs a 0 for each
@@ -58,23 +62,29 @@ class TokenGaps:
         ceaa066); None without gaps."""
         if self.count + zeros == 0:
             return None
-        values = np.concatenate([self.first_s, self.rest_s, [0.0]])
-        weights = np.concatenate([
-            np.ones(len(self.first_s), np.int64),
-            self.rest_repeat * self.block_sizes[self.rest_block],
-            [zeros],
-        ])
-        keep = weights > 0
-        return weighted_percentile(values[keep], weights[keep], q)
+        if zeros:
+            values = np.concatenate([[0.0], self.first_s, self.rest_s])
+            weights = np.concatenate([[zeros], np.ones(len(self.first_s), np.int64), self._rest_weights()])
+            keep = weights > 0
+            return weighted_percentile(values[keep], weights[keep], q)
+        if self._sorted is None:
+            values = np.concatenate([self.first_s, self.rest_s])
+            weights = np.concatenate([np.ones(len(self.first_s), np.int64), self._rest_weights()])
+            keep = weights > 0
+            order = np.argsort(values[keep], kind="stable")
+            self._sorted = (values[keep][order], np.cumsum(weights[keep][order]))
+        return _sorted_percentile(*self._sorted, q)
+
+    def _rest_weights(self) -> np.ndarray:
+        return self.rest_repeat * self.block_sizes[self.rest_block]
 
     def count_over(self, limit_s: float) -> int:
         """How many gaps are longer than `limit_s`."""
-        weights = self.rest_repeat * self.block_sizes[self.rest_block]
-        return int((self.first_s > limit_s).sum() + weights[self.rest_s > limit_s].sum())
+        return int((self.first_s > limit_s).sum() + self._rest_weights()[self.rest_s > limit_s].sum())
 
     def expanded(self) -> np.ndarray:
         """Every gap, one number each (order: per block, first gaps then the shared ones)."""
-        shared = np.repeat(self.rest_s, self.rest_repeat * self.block_sizes[self.rest_block])
+        shared = np.repeat(self.rest_s, self._rest_weights())
         return np.concatenate([self.first_s, shared])
 
     def of_request(self, i: int) -> np.ndarray:
