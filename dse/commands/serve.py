@@ -36,13 +36,12 @@ from dse.commands.replay_options import (
     transplant_option,
     what_if_options,
 )
-from traces.numbers import MILLISECONDS, RATE_PER_S, REQUESTS, SECONDS, SEED, TOKENS, Range
+from dse.commands.serve_options import scheduler_options, slo_options
+from traces.numbers import RATE_PER_S, REQUESTS, SEED, TOKENS, Range
 
 GPUS = Range(1, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
-GPUS_SEQS = Range(1, 1 << 16, integer=True, unit="sequences", why="at most 65536 per GPU")
 MAX_GPUS = Range(2, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
 SEEDS = Range(1, 64, integer=True, unit="arrival seeds", why="at most 64")
-LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
 
 __all__ = ["command"]
 
@@ -68,45 +67,8 @@ __all__ = ["command"]
     show_default=True,
     help="generated tokens per Poisson request",
 )
-@click.option(
-    "--ttft-slo-s",
-    type=number(SECONDS),
-    default=None,
-    help="p99 time-to-first-token SLO, seconds [none: the fleet must only keep up, --queue-slo-s]",
-)
-@click.option(
-    "--tpot-slo-ms",
-    type=number(MILLISECONDS),
-    default=50.0,
-    show_default=True,
-    help="per-token latency SLO, milliseconds, on the statistic --token-slo-stat",
-)
-@click.option(
-    "--token-slo-stat",
-    type=click.Choice(["tpot-p99", "tbt-p99", "tbt-p90", "tbt-p50"]),
-    default="tpot-p99",
-    show_default=True,
-    help="what --tpot-slo-ms binds: tpot-p99 = p99 over requests of a request's mean time per output token "
-    "(DistServe, Vidur); tbt-pN = the N-th percentile over every gap between two tokens of every request "
-    "(Sarathi-Serve's capacity criterion at p99: a prefill stall counts at full length)",
-)
-@click.option(
-    "--queue-slo-s",
-    type=number(SECONDS),
-    default=5.0,
-    show_default=True,
-    help="without --ttft-slo-s: p99 queueing delay a fleet that keeps up stays under (Vidur's "
-    "capacity-search bound)",
-)
-@click.option(
-    "--scheduler",
-    "schedulers",
-    default="blocking,chunked,disaggregated",
-    show_default=True,
-    help="comma-separated: blocking (prefill blocks decode, as the research runtimes run), "
-    "prefill-first (vLLM v0.2-v0.3: waiting prompts prefilled together, decode waits), "
-    "chunked (Sarathi-Serve / vLLM chunked prefill), disaggregated (prefill and decode pools)",
-)
+@slo_options
+@scheduler_options
 @click.option(
     "--arrival-rate",
     type=number(RATE_PER_S),
@@ -131,13 +93,6 @@ __all__ = ["command"]
     help="with --target-rate: arrival seeds --seed, --seed+1, ...; the answer is their range",
 )
 @click.option(
-    "--router",
-    type=click.Choice(["least-loaded", "round-robin"]),
-    default="least-loaded",
-    show_default=True,
-    help="how a fleet routes requests (and prefilled KV) to its GPUs",
-)
-@click.option(
     "--gpus",
     type=number(GPUS),
     default=1,
@@ -157,34 +112,6 @@ __all__ = ["command"]
     default=256,
     show_default=True,
     help="with --target-rate: the largest fleet searched",
-)
-@click.option(
-    "--chunk-tokens",
-    type=number(TOKENS),
-    default=512,
-    show_default=True,
-    help="chunked: tokens per iteration (decode + prefill chunks; Sarathi-Serve's and Vidur's 512)",
-)
-@click.option(
-    "--kv-link-gbps",
-    type=number(LINK_GBPS),
-    default=50.0,
-    show_default=True,
-    help="disaggregated: GB/s of the KV transfer from a prefill to a decode GPU (one 400 Gb/s "
-    "InfiniBand NIC per GPU)",
-)
-@click.option(
-    "--max-seqs",
-    type=number(GPUS_SEQS),
-    default=None,
-    help="sequences one GPU runs at most, as a serving engine's max_num_seqs [none: memory alone]",
-)
-@click.option(
-    "--max-batched-tokens",
-    type=number(TOKENS),
-    default=None,
-    help="prefill-first: prompt tokens one prefill iteration takes at most, vLLM's max_num_batched_tokens "
-    "[none: memory alone]",
 )
 @click.option(
     "--n-requests",
