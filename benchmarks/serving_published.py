@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["PublishedServing", "ROWS", "SHAREGPT_REQUESTS_CSV", "QUANTITIES", "FEATURES"]
 
@@ -87,6 +88,13 @@ _SARATHI_CAPACITY = {"tbt_p99_s": 0.1, "scheduling_delay_p50_s": 2.0}
 _SARATHI_SETTINGS = {"chunk_tokens": 512, "max_seqs": 128}
 _SARATHI_VLLM = {"max_seqs": 128, "max_batched_tokens": 8192}
 _DISTSERVE_VLLM = {"max_seqs": 1024, "max_batched_tokens": 16384}
+# the Mistral-7B capacity runs of Sarathi-Serve (osdi-experiments/figure-5-6/mistral7b_strict.yml)
+_SARATHI_MISTRAL: dict[str, Any] = {
+    "model": "mistral-7b", "gpu": "a100-80g-pcie", "gpus_in_paper": "1 A100 80GB PCIe",
+    "workload": {"requests_csv": "sarathi_sharegpt_2048.csv"}, "criterion": _SARATHI_CAPACITY,
+    "quantity": "capacity_ratio", "scheduler": "chunked", "baseline": "prefill-first",
+    "settings": _SARATHI_SETTINGS, "baseline_settings": _SARATHI_VLLM,
+}
 # Figure 1's SLOs: drawn in the figure, not in the paper's text; the values are from a summary of the paper
 # (besthub.dev, "Why Separate Prefill and Decode? A Deep Dive into DistServe's Split Inference
 # Architecture", July 2024: "SLOs: P90 TTFT = 0.4 s, P90 TPOT = 0.04 s" for this experiment). The paper
@@ -110,13 +118,9 @@ ROWS: tuple[PublishedServing, ...] = (
         key="sarathi-5.2-mistral-strict",
         source=f"{_SARATHI}, section 5.2 (Figure 12): 'Sarathi-Serve achieves 3.5x higher capacity "
         "compared to vLLM under strict SLO (100ms, Mistral-7B) using a small token budget of 512' "
-        "(openchat_sharegpt4; the abstract's 'up to 2.6x' for Mistral-7B on one A100, Figure 10, is the "
-        "same SLO with vLLM at batch 128 only: the paper gives both)",
-        model="mistral-7b", gpu="a100-80g-pcie", gpus_in_paper="1 A100 80GB PCIe",
-        workload={"requests_csv": "sarathi_sharegpt_2048.csv"}, criterion=_SARATHI_CAPACITY,
-        quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first",
-        settings=_SARATHI_SETTINGS, baseline_settings=_SARATHI_VLLM, published=3.5,
-        published_note="Figure 12 at 100 ms (Figure 10 / abstract: up to 2.6x)",
+        "(openchat_sharegpt4; the OSDI abstract's 2.6x for Mistral-7B is row sarathi-abstract-mistral)",
+        **_SARATHI_MISTRAL, published=3.5,
+        published_note="Figure 12 at 100 ms",
         mapping="vLLM (max_num_seqs 128, max_num_batched_tokens 8192) -> prefill-first; Sarathi-Serve "
         "token budget 512, 128 sequences -> chunked 512",
     ),
@@ -127,10 +131,7 @@ ROWS: tuple[PublishedServing, ...] = (
         "the OSDI artifact runs for Mistral-7B with microsoft/sarathi-serve "
         "osdi-experiments/figure-5-6/mistral7b_strict.yml (vLLM and Sarathi-Serve 512 at batch 128, the "
         "chat trace, 2048 requests; commit ceaa066)",
-        model="mistral-7b", gpu="a100-80g-pcie", gpus_in_paper="1 A100 80GB PCIe",
-        workload={"requests_csv": "sarathi_sharegpt_2048.csv"}, criterion=_SARATHI_CAPACITY,
-        quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first",
-        settings=_SARATHI_SETTINGS, baseline_settings=_SARATHI_VLLM, published=2.6,
+        **_SARATHI_MISTRAL, published=2.6,
         published_note="the abstract does not say at which SLO and trace the 2.6x is; read here as the "
         "strict SLO on the chat trace, the setup mistral7b_strict.yml runs (the Yi-34B figure of the same "
         "sentence, 3.7x, is its strict chat-trace capacity: row sarathi-5.1-yi34b-strict); unconfirmed",

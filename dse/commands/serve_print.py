@@ -60,16 +60,14 @@ def _rate_table(payload: dict) -> Any:
     from dse.commands.capacity_print import accuracy_text
 
     measured = any(r["accuracy"] is not None for r in payload["results"])
-    table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated)")
+    table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated; p50s and TBT p90 "
+                  "in --json)")
     cols = ["hardware", "method", "scheduler", "GPUs", "knobs"] + (["accuracy", "floor"] if measured else [])
     cols += [
         "rate req/s",
-        "TTFT p50 s",
         "TTFT p99 s",
-        "TPOT p50 ms",
         "TPOT p99 ms",
         "TBT p50 ms",
-        "TBT p90 ms",
         "TBT p99 ms",
         "tokens/s",
         "goodput req/s",
@@ -92,12 +90,9 @@ def _rate_table(payload: dict) -> Any:
         table.add_row(
             *head,
             rate,
-            _s(st["ttft_p50_s"]),
             _s(st["ttft_p99_s"]),
-            _ms(st["tpot_p50_s"]),
             _ms(st["tpot_p99_s"]),
             _ms(st["tbt_p50_s"]),
-            _ms(st["tbt_p90_s"]),
             _ms(st["tbt_p99_s"]),
             f"{st['throughput_tokens_per_s']:.0f}",
             f"{st['goodput_requests_per_s']:.3g}",

@@ -79,9 +79,4 @@ class PrefillFirstReplica(Replica):
                     self.book.first_token(i)
                     self.join_decode(i)
                 continue
-            if not self.running:
-                if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
-                    raise AssertionError("a waiting request does not fit an empty GPU")
-                yield from self.idle()
-                continue
-            yield from self.decode_span(interruptible=not self.waiting)
+            yield from self.decode_or_idle()

@@ -124,6 +124,15 @@ class Replica:
         self.book.steps(dt, k)
         self.advance(k, dt)
 
+    def decode_or_idle(self) -> Generator[simpy.Event, object, None]:
+        """With no prompt to start: decode the running batch until it changes, or wait for an arrival."""
+        if not self.running:
+            if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
+                raise AssertionError("a waiting request does not fit an empty GPU")
+            yield from self.idle()
+            return
+        yield from self.decode_span(interruptible=not self.waiting)
+
     def idle(self) -> Generator[simpy.Event, object, None]:
         if self.wake.triggered:
             self.wake = self.env.event()
@@ -146,9 +155,4 @@ class BlockingReplica(Replica):
                 yield self.env.timeout(self.costs.prefill_s(self.requests[i].input_tokens))
                 self.book.first_token(i)
                 self.join_decode(i)
-            if not self.running:
-                if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
-                    raise AssertionError("a waiting request does not fit an empty GPU")
-                yield from self.idle()
-                continue
-            yield from self.decode_span(interruptible=not self.waiting)
+            yield from self.decode_or_idle()
