@@ -265,11 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     if hardware_set is None:
         return 2
     impls = ("ideal", "as-published") if args.implementation == "both" else (args.implementation,)
+    from sim.errors import SimInputError
+
     results = []
     for key in keys:
         for impl in impls:
             t0 = time.perf_counter()
-            res = evaluate(rows[key], args.requests, impl, args.seed, hardware_set)
+            try:
+                res = evaluate(rows[key], args.requests, impl, args.seed, hardware_set)
+            except SimInputError as exc:  # a --hardware-set field the profile lacks (HardwareError)
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
             print(f"  {key} ({impl}): {res['status']} in {res['wall_s']:.0f} s", file=sys.stderr)

@@ -71,3 +71,4 @@ def test_a_fast_subset_prints_its_ratios(capsys) -> None:
     assert "sarathi-table3-mistral-decode" in out and "within 1.3x" in out
     assert "distserve-fig1-prefill-only" in out and "with DistServe's profiled vllm step times" in out
     assert main(["--rows", "no-such-row"]) == 2
+    assert main(["--rows", "sarathi-table3-mistral-decode", "--hardware-set", "gpu.no_such_field=1"]) == 2
