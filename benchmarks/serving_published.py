@@ -4,27 +4,28 @@ simulator was set from these rows (held-out checks).
 
 Each row: where the number is published (paper, section, figure or table, the sentence it is in), the
 model and GPU (registry names), the workload (request lengths), the SLO and capacity criterion the paper
-used, the scheduler(s) its number is about, the published value and what our run must support to
-reproduce it (`needs`: "chunked" or "disaggregated" schedulers; "tensor parallelism" is not modelled, so
-such rows are listed and never run).
+used, the scheduler(s) its number is about with the settings the published run used, the published value
+and what our run must support to reproduce it (`needs`: "tensor parallelism" is not modelled, so such
+rows are listed and never run).
 
-Schedulers, as the papers' baselines map onto sim.serving's:
-- vLLM as Sarathi-Serve and DistServe ran it (vLLM 0.2-0.3, before chunked prefill): prefill-prioritising
-  continuous batching. Waiting prompts that fit run as a prefill-only iteration that pauses every running
-  decode; decode iterations resume after. sim.serving's `blocking` scheduler does the same (each admitted
-  prompt prefilled between two decode steps while the batch waits); the differences: vLLM batches several
-  waiting prompts into one prefill iteration (up to max_num_batched_tokens) where `blocking` prefills
-  them one after another (the same total stall: a prefill of a few hundred tokens or more is
-  compute-bound, so batching prompts adds no throughput, DistServe section 3.1), and vLLM caps the batch
-  at max_num_seqs (128 in Sarathi-Serve's runs, 256 by default) where `blocking` is bounded by memory.
-- Sarathi-Serve: `chunked` with the paper's token budget.
-- DistServe: `disaggregated` (prefill and decode GPUs).
+Schedulers, as the papers' systems map onto sim.serving's:
+- vLLM as Sarathi-Serve and DistServe ran it (v0.2-v0.3, before chunked prefill): `prefill-first`
+  (sim/serving/prefill_first.py: waiting prompts batched into one prefill-only iteration, decode waits),
+  with the run's `max_num_seqs` and `max_num_batched_tokens`: Sarathi-Serve 128 and 8192
+  (microsoft/sarathi-serve osdi-experiments/figure-5-6/mistral7b_strict.yml `batch_size: 128`;
+  sarathi/benchmark/capacity_search/config/config.py:65 `vllm_scheduler_max_tokens_in_batch` = the
+  trace's max_seq_len 8192; commit ceaa066), DistServe 1024 and 16384 (LLMServe/DistServe
+  evaluation/2-benchmark-serving/2-start-api-server.py:57-67).
+- Sarathi-Serve: `chunked` with the paper's token budget and its 128 sequences (the same yml).
+- DistServe: `disaggregated` (prefill and decode GPUs); Figure 1's prefill-only system: vLLM's
+  `prefill-first` with one output token.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["PublishedServing", "ROWS", "SHAREGPT_REQUESTS_CSV", "QUANTITIES", "FEATURES"]
 
@@ -38,7 +39,7 @@ SHAREGPT_REQUESTS_CSV = Path(__file__).resolve().parent / "data" / "sarathi_shar
 # 8192, so none is clipped).
 
 QUANTITIES = ("capacity_ratio", "goodput_rps", "decode_iteration_s")
-FEATURES = ("chunked", "disaggregated", "tensor parallelism")
+FEATURES = ("tensor parallelism",)
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,11 @@ class PublishedServing:
     criterion: what "meets" means in the paper: {"tbt_p99_s", "scheduling_delay_p50_s"} (Sarathi-Serve's
         capacity search) or {"ttft_s", "tpot_s", "attainment", "percentile"} (DistServe's goodput: the share
         of requests meeting both at least `attainment`).
-    scheduler / baseline: sim.serving scheduler names; settings: the scheduler's (chunk_tokens, pools).
-    needs: features beyond the `blocking` scheduler (FEATURES).
+    scheduler / baseline: sim.serving scheduler names; settings / baseline_settings: theirs
+        (sim.serving.SchedulerSettings fields, and the pools: prefill_gpus, decode_gpus).
+    profiles: the engines of DistServe's profiled step times to run the row with as a diagnostic
+        (benchmarks/distserve_profile.py: "vllm", "distserve"), none if empty.
+    needs: features sim.serving lacks (FEATURES).
     """
 
     key: str
@@ -69,6 +73,8 @@ class PublishedServing:
     published_note: str
     baseline: str | None = None
     settings: dict[str, object] = field(default_factory=dict)
+    baseline_settings: dict[str, object] = field(default_factory=dict)
+    profiles: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     mapping: str = ""
 
@@ -77,8 +83,23 @@ _SARATHI = ("Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference
             "(OSDI 2024, arXiv 2403.02310)")
 _DISTSERVE = ("Zhong et al., DistServe: Disaggregating Prefill and Decoding for Goodput-optimized LLM "
               "Serving (OSDI 2024, arXiv 2401.09670)")
-# Table 3's strict SLO; the median scheduling delay bound of sarathi/benchmark/capacity_search/main.py
+# Table 3's strict SLO; the median scheduling delay bound of sarathi/benchmark/capacity_search/main.py:34-37
 _SARATHI_CAPACITY = {"tbt_p99_s": 0.1, "scheduling_delay_p50_s": 2.0}
+_SARATHI_SETTINGS = {"chunk_tokens": 512, "max_seqs": 128}
+_SARATHI_VLLM = {"max_seqs": 128, "max_batched_tokens": 8192}
+_DISTSERVE_VLLM = {"max_seqs": 1024, "max_batched_tokens": 16384}
+# the Mistral-7B capacity runs of Sarathi-Serve (osdi-experiments/figure-5-6/mistral7b_strict.yml)
+_SARATHI_MISTRAL: dict[str, Any] = {
+    "model": "mistral-7b", "gpu": "a100-80g-pcie", "gpus_in_paper": "1 A100 80GB PCIe",
+    "workload": {"requests_csv": "sarathi_sharegpt_2048.csv"}, "criterion": _SARATHI_CAPACITY,
+    "quantity": "capacity_ratio", "scheduler": "chunked", "baseline": "prefill-first",
+    "settings": _SARATHI_SETTINGS, "baseline_settings": _SARATHI_VLLM,
+}
+# Figure 1's SLOs: drawn in the figure, not in the paper's text; the values are from a summary of the paper
+# (besthub.dev, "Why Separate Prefill and Decode? A Deep Dive into DistServe's Split Inference
+# Architecture", July 2024: "SLOs: P90 TTFT = 0.4 s, P90 TPOT = 0.04 s" for this experiment). The paper
+# itself could not be read offline.
+_DISTSERVE_FIG1 = {"ttft_s": 0.4, "tpot_s": 0.04, "attainment": 0.9}
 
 ROWS: tuple[PublishedServing, ...] = (
     PublishedServing(
@@ -97,16 +118,24 @@ ROWS: tuple[PublishedServing, ...] = (
         key="sarathi-5.2-mistral-strict",
         source=f"{_SARATHI}, section 5.2 (Figure 12): 'Sarathi-Serve achieves 3.5x higher capacity "
         "compared to vLLM under strict SLO (100ms, Mistral-7B) using a small token budget of 512' "
-        "(openchat_sharegpt4; the abstract's 'up to 2.6x' for Mistral-7B on one A100, Figure 10, is the "
-        "same SLO with vLLM at batch 128 only: the paper gives both)",
-        model="mistral-7b", gpu="a100-80g-pcie", gpus_in_paper="1 A100 80GB PCIe",
-        workload={"requests_csv": "sarathi_sharegpt_2048.csv"}, criterion=_SARATHI_CAPACITY,
-        quantity="capacity_ratio", scheduler="chunked", baseline="blocking",
-        settings={"chunk_tokens": 512}, published=3.5,
-        published_note="Figure 12 at 100 ms (Figure 10 / abstract: up to 2.6x)",
-        needs=("chunked",),
-        mapping="vLLM (max batch 32/64/128, all alike here per the paper) -> blocking; Sarathi-Serve token "
-        "budget 512 -> chunked 512",
+        "(openchat_sharegpt4; the OSDI abstract's 2.6x for Mistral-7B is row sarathi-abstract-mistral)",
+        **_SARATHI_MISTRAL, published=3.5,
+        published_note="Figure 12 at 100 ms",
+        mapping="vLLM (max_num_seqs 128, max_num_batched_tokens 8192) -> prefill-first; Sarathi-Serve "
+        "token budget 512, 128 sequences -> chunked 512",
+    ),
+    PublishedServing(
+        key="sarathi-abstract-mistral",
+        source=f"{_SARATHI}, abstract (OSDI 2024 version): 'For Mistral-7B on single A100 GPUs, we achieve "
+        "2.6x higher serving capacity [...] as compared to vLLM'; the capacity search of section 5.1, which "
+        "the OSDI artifact runs for Mistral-7B with microsoft/sarathi-serve "
+        "osdi-experiments/figure-5-6/mistral7b_strict.yml (vLLM and Sarathi-Serve 512 at batch 128, the "
+        "chat trace, 2048 requests; commit ceaa066)",
+        **_SARATHI_MISTRAL, published=2.6,
+        published_note="the abstract does not say at which SLO and trace the 2.6x is; read here as the "
+        "strict SLO on the chat trace, the setup mistral7b_strict.yml runs (the Yi-34B figure of the same "
+        "sentence, 3.7x, is its strict chat-trace capacity: row sarathi-5.1-yi34b-strict); unconfirmed",
+        mapping="as sarathi-5.2-mistral-strict: the same runs, the abstract's number",
     ),
     PublishedServing(
         key="distserve-fig1-vllm",
@@ -114,12 +143,13 @@ ROWS: tuple[PublishedServing, ...] = (
         "and output 64 tokens, one A100 80GB: 'Under the SLO attainment of 90%, the maximum achievable "
         "goodput on a single A100 GPU [...] is about 1.6 requests per second (rps)' for vLLM",
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="1 A100 80GB (SXM, the paper's cluster)",
-        workload={"input_tokens": 512, "output_tokens": 64},
-        criterion={"ttft_s": 0.4, "tpot_s": 0.04, "attainment": 0.9},
-        quantity="goodput_rps", scheduler="blocking", published=1.6,
-        published_note="'about 1.6'; the two SLOs are drawn in Figure 1, not stated in the text: 0.4 s TTFT "
-        "and 0.04 s TPOT are read from the figure as recalled, not re-read offline",
-        mapping="vLLM -> blocking; goodput = highest Poisson rate at which >= 90% of requests meet both SLOs",
+        workload={"input_tokens": 512, "output_tokens": 64}, criterion=_DISTSERVE_FIG1,
+        quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM, profiles=("vllm",),
+        published=1.6,
+        published_note="'about 1.6'; SLOs P90 TTFT 0.4 s and P90 TPOT 0.04 s from a summary of the paper "
+        "(the figure draws them; the text does not state them)",
+        mapping="vLLM (max_num_seqs 1024, max_num_batched_tokens 16384) -> prefill-first; goodput = the "
+        "highest Poisson rate at which >= 90% of requests meet both SLOs",
     ),
     PublishedServing(
         key="distserve-fig1-prefill-only",
@@ -128,24 +158,25 @@ ROWS: tuple[PublishedServing, ...] = (
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="1 A100 80GB",
         workload={"input_tokens": 512, "output_tokens": 1},
         criterion={"ttft_s": 0.4, "attainment": 0.9},
-        quantity="goodput_rps", scheduler="blocking", published=5.6,
-        published_note="TTFT SLO as the row above (recalled from the figure)",
-        mapping="a prefill-only GPU = blocking with one output token per request (the prefill emits it)",
+        quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM,
+        profiles=("vllm", "distserve"), published=5.6,
+        published_note="TTFT SLO as the row above (from the same summary); which engine served 'only the "
+        "prefill phase' is not said in what could be read",
+        mapping="a prefill-only GPU = vLLM (prefill-first, DistServe's vLLM flags) with one output token "
+        "per request (the prefill emits it); the profiled diagnostic runs both DistServe profiles",
     ),
     PublishedServing(
         key="distserve-fig1-disaggregated",
         source=f"{_DISTSERVE}, section 1: 'by allocating 2 GPUs for prefill and 1 GPU for decoding, we can "
         "effectively serve the model with an overall goodput of 10 rps, or equally 3.3 rps per GPU'",
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="3 A100 80GB (2 prefill + 1 decode)",
-        workload={"input_tokens": 512, "output_tokens": 64},
-        criterion={"ttft_s": 0.4, "tpot_s": 0.04, "attainment": 0.9},
+        workload={"input_tokens": 512, "output_tokens": 64}, criterion=_DISTSERVE_FIG1,
         quantity="goodput_rps", scheduler="disaggregated", settings={"prefill_gpus": 2, "decode_gpus": 1},
-        published=3.3,
+        profiles=("distserve",), published=3.3,
         published_note="the authors' arithmetic from the two separate-phase goodputs (10 rps / 3 GPUs), "
         "not a run of the disaggregated system",
-        needs=("disaggregated",),
-        mapping="DistServe -> disaggregated with 2 prefill and 1 decode GPU; per-GPU goodput = fleet "
-        "rate / 3",
+        mapping="DistServe -> disaggregated with 2 prefill and 1 decode GPU (our prefill GPUs take one "
+        "prompt at a time; DistServe's context stage batches them); per-GPU goodput = fleet rate / 3",
     ),
     PublishedServing(
         key="sarathi-5.1-yi34b-strict",
@@ -154,9 +185,9 @@ ROWS: tuple[PublishedServing, ...] = (
         model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB, tensor parallel 2",
         workload={"requests_csv": "sarathi_sharegpt_2048.csv"},
         criterion={"tbt_p99_s": 0.2, "scheduling_delay_p50_s": 2.0},
-        quantity="capacity_ratio", scheduler="chunked", baseline="blocking", settings={"chunk_tokens": 512},
-        published=3.7, published_note="section 5.1 text",
-        needs=("chunked", "tensor parallelism"),
+        quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first", settings=_SARATHI_SETTINGS,
+        baseline_settings=_SARATHI_VLLM, published=3.7, published_note="section 5.1 text",
+        needs=("tensor parallelism",),
         mapping="not reproducible here: the serving model runs one GPU per replica, no tensor parallelism",
     ),
     PublishedServing(
@@ -166,9 +197,9 @@ ROWS: tuple[PublishedServing, ...] = (
         model="opt-66b", gpu="a100-80g-sxm", gpus_in_paper="A100 80GB, vLLM intra-op 4",
         workload={"dataset": "LongBench (not shipped)"},
         criterion={"ttft_s": 15.0, "tpot_s": 0.15, "attainment": 0.9},
-        quantity="capacity_ratio", scheduler="disaggregated", baseline="blocking", published=4.3,
+        quantity="capacity_ratio", scheduler="disaggregated", baseline="prefill-first", published=4.3,
         published_note="section 6.2 text",
-        needs=("disaggregated", "tensor parallelism"),
+        needs=("tensor parallelism",),
         mapping="not reproducible here: tensor parallelism (and the LongBench lengths) are not modelled",
     ),
 )

@@ -2,25 +2,37 @@
 
     PYTHONPATH=. python benchmarks/validate_serving.py [--requests N]
         [--implementation ideal|as-published|both] [--rows KEY,KEY] [--json FILE]
+        [--hardware-set FIELD=VALUE ...]
 
 For each row of benchmarks/serving_published.py: the published number, ours on the same setup (model, GPU,
-request lengths, Poisson arrivals, the paper's own capacity criterion) and their ratio (ours / published;
-the target band is 1/1.3 to 1.3). Rows whose scheduler sim.serving does not have yet print "needs
-scheduler X"; rows needing tensor parallelism print "not reproducible here". Nothing here was fitted to
-these rows.
+request lengths, Poisson arrivals, the schedulers with the settings the published runs used, the paper's
+own capacity criterion) and their ratio (ours / published; the target band is 1/1.3 to 1.3). Rows on
+DistServe's OPT-13B also run with DistServe's profiled per-iteration times in place of our step model
+(benchmarks/distserve_profile.py), printed as a second ratio: a diagnostic that tells the scheduler and
+criterion from the step costs. Rows needing tensor parallelism print "not reproducible here". Nothing here
+was fitted to these rows.
 
-How each paper's criterion is applied to a sim.serving run (`serve` / `simulate` results):
-- Sarathi-Serve's capacity (microsoft/sarathi-serve sarathi/benchmark/capacity_search: the highest QPS
-  with P99 TBT <= the SLO and median scheduling delay <= 2 s): TBT is the gap between two tokens of a
-  request; when sim.serving's result carries those gaps (`tbt_s`) their P99 is used, else the P99 over
-  requests of TPOT (a request's mean gap) stands in, which averages a stall over the request's tokens
-  and so passes rates whose P99 TBT fails (our capacity then reads high; the row says so). Scheduling
-  delay: the result's per-request queueing (`queue_s`) when it has one, else TTFT minus the request's
-  prefill alone.
-- DistServe's goodput: the highest rate at which at least 90% of requests meet both the TTFT and TPOT
-  SLOs (requests not finished count as missing them).
+Criteria, as the papers' own code applies them:
+- Sarathi-Serve's capacity: the highest QPS with P99 TBT <= the SLO and median scheduling delay <= 2 s
+  (microsoft/sarathi-serve sarathi/benchmark/capacity_search/capacity_search.py:79-90 and main.py:34-37,
+  commit ceaa066). TBT is every decode token's gap from the request's previous token, pooled over all
+  requests, with a 0 logged for each request's first output token (sarathi/core/datatypes/
+  sequence_state.py:277-289, sarathi/metrics/metrics_store.py:403-424): our `ServingResult.tbt` with one
+  zero per request that got its first token. Scheduling delay: arrival to the request's first scheduled
+  iteration (sequence_state.py:194-203): our prefill queueing.
+- DistServe's goodput: the highest rate at which at least 90% of requests meet both the TTFT and the TPOT
+  SLO (LLMServe/DistServe simdistserve/benchmarks/simulate_dist.py:251-255), TPOT being a request's
+  decoding time (first token to last) / its output tokens (simdistserve/base/organize_data.py:112-130);
+  requests not finished miss.
 The rate search is max_rate's (halve from a start rate until one meets the criterion, double until one
-fails, bisect to 5%), run on these criteria because max_rate's own are p99 TTFT / TPOT.
+fails, bisect to 5%), run on these criteria.
+
+`--hardware-set` replaces a field of the rows' hardware profiles (sim.config.SimConfig.hardware_overrides)
+for a what-if, e.g. `gpu.achievable_compute_fraction=0.70`: the fraction of peak FLOPs the linear layers
+of a 7B model reach on an A100 80GB PCIe (Azure NC96ads A100 v4, Sarathi-Serve's machine) in Vidur's
+operator profile (microsoft/vidur data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv: QKV,
+output, up and down projections at 512-4096 tokens, 0.68-0.71 of 312 TFLOPS), where the shipped A100
+profiles take 0.85.
 
 Pricing: vLLM and Sarathi-Serve decode with paged FlashAttention kernels and CUDA graphs, not the stock
 Hugging Face eager loop the dense method's as-published pricing models, so `ideal` (hardware limits) is
@@ -31,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import json
 import sys
 import time
@@ -49,6 +60,7 @@ TARGET = 1.3
 REL_TOL = 0.05
 MAX_EVALS = 20
 START_RATE = 1.0
+_POOLS = ("prefill_gpus", "decode_gpus")
 
 
 def _lengths(row: PublishedServing, n: int) -> list[tuple[int, int]]:
@@ -69,35 +81,14 @@ def _requests(lengths: list[tuple[int, int]], rate: float, seed: int) -> list[An
     return [Request(float(t), i, o) for t, (i, o) in zip(np.cumsum(gaps), lengths, strict=True)]
 
 
-def scheduler_runner(scheduler: str, settings: dict[str, object]) -> Callable[[list, Any], Any] | None:
-    """A function (requests, costs) -> ServingResult for `scheduler`, or None when sim.serving has no such
-    scheduler: `serve` for blocking, else the first of `simulate` / `serve` that takes `scheduler=`."""
-    import sim.serving as serving
+def runner(scheduler: str, settings: dict[str, object]) -> Callable[[list, Any], Any]:
+    """A function (requests, costs) -> ServingResult running `scheduler` with the row's settings."""
+    from sim.serving import SchedulerSettings, simulate
 
-    if scheduler == "blocking":
-        return serving.serve
-    for name in ("simulate", "serve"):
-        fn = getattr(serving, name, None)
-        if fn is None:
-            continue
-        params = inspect.signature(fn).parameters
-        if "scheduler" not in params:
-            continue
-        kwargs: dict[str, Any] = {"scheduler": scheduler}
-        chunk = settings.get("chunk_tokens")
-        if chunk is not None:
-            if "settings" in params and hasattr(serving, "SchedulerSettings"):
-                kwargs["settings"] = serving.SchedulerSettings(chunk_tokens=int(chunk))
-            elif "chunk_tokens" in params:
-                kwargs["chunk_tokens"] = int(chunk)
-        if scheduler == "disaggregated":
-            pools = {"prefill_replicas": settings.get("prefill_gpus"),
-                     "replicas": settings.get("decode_gpus")}
-            if not all(k in params for k in pools):
-                return None
-            kwargs.update({k: int(v) for k, v in pools.items() if v is not None})
-        return lambda reqs, costs, fn=fn, kwargs=kwargs: fn(reqs, costs, **kwargs)
-    return None
+    knobs = {k: v for k, v in settings.items() if k not in _POOLS}
+    prefill, decode = (int(settings.get(k, 0)) for k in _POOLS)
+    sched = SchedulerSettings(**knobs)  # type: ignore[arg-type]
+    return lambda reqs, costs: simulate(reqs, costs, scheduler, decode or 1, prefill, settings=sched)
 
 
 def _p(x: np.ndarray, q: float) -> float:
@@ -106,116 +97,149 @@ def _p(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("inf")
 
 
-def meets(row: PublishedServing, result: Any, costs: Any,
-          inputs: list[int]) -> tuple[bool, dict[str, float], str]:
-    """(whether a run meets the row's criterion, the measured values, which per-token metric was used);
-    `inputs`: the requests' input tokens, in order."""
+def meets(row: PublishedServing, result: Any, requests: list[Any]) -> tuple[bool, dict[str, float]]:
+    """Whether a run meets the row's criterion (module docstring), and the measured values."""
     crit = row.criterion
     if "tbt_p99_s" in crit:
-        gaps = getattr(result, "tbt_s", None)
-        metric = "P99 TBT" if gaps is not None and len(gaps) else "P99 TPOT standing in for P99 TBT"
-        per_token = _p(gaps, 99) if metric == "P99 TBT" else _p(result.tpot_s, 99)
-        queue = getattr(result, "queue_s", None)
-        if queue is None or len(queue) != len(result.ttft_s):
-            queue = result.ttft_s - np.array([costs.prefill_s(i) for i in inputs])
-        delay = _p(queue, 50)
-        ok = per_token <= crit["tbt_p99_s"] and delay <= crit["scheduling_delay_p50_s"]
-        return ok, {"per_token_p99_s": per_token, "scheduling_delay_p50_s": delay}, metric
+        served = int(np.isfinite(result.ttft_s).sum())
+        tbt = result.tbt.percentile(99, zeros=served)
+        tbt = float("inf") if tbt is None else tbt
+        delay = _p(result.prefill_queue_s, 50)
+        ok = tbt <= crit["tbt_p99_s"] and delay <= crit["scheduling_delay_p50_s"]
+        return ok, {"tbt_p99_s": tbt, "scheduling_delay_p50_s": delay}
+    arrival = np.array([r.arrival_s for r in requests])
+    outputs = np.array([r.output_tokens for r in requests])
     good = np.nan_to_num(result.ttft_s, nan=np.inf) <= crit["ttft_s"]
     if "tpot_s" in crit:
-        good &= np.nan_to_num(result.tpot_s, nan=0.0) <= crit["tpot_s"]
-        good &= np.isfinite(result.finish_s)
+        tpot = (result.finish_s - (arrival + result.ttft_s)) / outputs
+        good &= np.isfinite(result.finish_s) & (np.nan_to_num(tpot, nan=np.inf) <= crit["tpot_s"])
     share = float(good.mean())
-    return share >= crit["attainment"], {"attainment": share}, "share meeting TTFT and TPOT"
+    return share >= crit["attainment"], {"attainment": share}
 
 
 def highest_rate(ok: Callable[[float], bool], start: float = START_RATE) -> tuple[float, int]:
     """max_rate's search on another criterion: (highest rate found meeting it, 0 if none; runs)."""
+    from sim.serving.rate_search import highest_passing
+
     tried: dict[float, bool] = {}
 
     def test(rate: float) -> bool:
         tried[rate] = ok(rate)
         return tried[rate]
 
-    from sim.serving.rate_search import highest_passing
-
     return highest_passing(test, start, REL_TOL, MAX_EVALS, tried), len(tried)
 
 
-def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementation: str) -> Any:
+def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementation: str,
+               hardware_set: dict[str, float] | None = None) -> Any:
     from sim.config import SimConfig
     from sim.serving import StepCosts
 
     longest = max(lengths, key=lambda x: x[0] + x[1]) if lengths else (4096, 1)
     cfg = SimConfig(model=row.model, hardware=row.gpu, method="dense", input_tokens=longest[0],
-                    output_tokens=longest[1], implementation=implementation)
+                    output_tokens=longest[1], implementation=implementation,
+                    hardware_overrides=dict(hardware_set or {}))
     return StepCosts(cfg, None)
 
 
-def capacity(row: PublishedServing, scheduler: str, lengths: list[tuple[int, int]], costs: Any,
-             seed: int) -> tuple[float | None, str, dict[str, float]]:
-    """(highest rate per GPU meeting the row's criterion with `scheduler`, or None when sim.serving has no
-    such scheduler; the per-token metric used; the measured values at that rate)."""
-    settings = row.settings if scheduler == row.scheduler else {}
-    run = scheduler_runner(scheduler, settings)
-    if run is None:
-        return None, "", {}
-    gpus = int(settings.get("prefill_gpus", 0)) + int(settings.get("decode_gpus", 0)) or 1
-    seen: dict[float, tuple[str, dict[str, float]]] = {}
+def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int]], costs: Any,
+             seed: int) -> tuple[float, dict[str, float]]:
+    """(highest rate per GPU meeting the row's criterion with its scheduler, or its baseline; the measured
+    values at that rate)."""
+    scheduler = str(row.baseline) if baseline else row.scheduler
+    settings = row.baseline_settings if baseline else row.settings
+    run = runner(scheduler, settings)
+    gpus = sum(int(settings.get(k, 0)) for k in _POOLS) or 1
+    seen: dict[float, dict[str, float]] = {}
 
     def ok(rate: float) -> bool:
-        result = run(_requests(lengths, rate, seed), costs)
-        good, values, metric = meets(row, result, costs, [i for i, _ in lengths])
-        seen[rate] = (metric, values)
+        reqs = _requests(lengths, rate, seed)
+        good, seen[rate] = meets(row, run(reqs, costs), reqs)
         return good
 
     rate, _ = highest_rate(ok)
-    metric, values = seen.get(rate, ("", {}))
-    return rate / gpus, metric, values
+    return rate / gpus, seen.get(rate, {})
 
 
-def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: int) -> dict[str, Any]:
-    """One row's outcome: ours, the ratio, or why it is not run."""
+_RUNS: dict[str, dict[str, Any]] = {}  # rows that share their runs (same setup) compute them once
+
+
+def _ours(row: PublishedServing, lengths: list[tuple[int, int]], costs: Any, seed: int) -> dict[str, Any]:
+    engine = getattr(costs, "engine", "")  # DistServe's profile, if these are its step times
+    setup = repr((row.model, row.gpu, row.workload, row.criterion, row.quantity, row.scheduler, row.settings,
+                  row.baseline, row.baseline_settings, len(lengths), seed, costs.cfg, engine))
+    if setup not in _RUNS:
+        _RUNS[setup] = _ours_uncached(row, lengths, costs, seed)
+    return dict(_RUNS[setup])
+
+
+def _ours_uncached(row: PublishedServing, lengths: list[tuple[int, int]], costs: Any,
+                   seed: int) -> dict[str, Any]:
+    rate, values = capacity(row, False, lengths, costs, seed)
+    out: dict[str, Any] = {"rate_per_gpu": rate, "measured": values}
+    if row.quantity == "goodput_rps":
+        return {**out, "ours": rate}
+    base, base_values = capacity(row, True, lengths, costs, seed)
+    return {**out, "baseline_rate_per_gpu": base, "baseline_measured": base_values,
+            "ours": rate / base if base else float("inf")}
+
+
+def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: int,
+             hardware_set: dict[str, float] | None = None) -> dict[str, Any]:
+    """One row's outcome: ours (and with DistServe's profiled step times), the ratios, or why not run."""
     out: dict[str, Any] = {"key": row.key, "implementation": implementation, "published": row.published}
     if "tensor parallelism" in row.needs:
         return {**out, "status": "not reproducible here: needs tensor parallelism (not modelled)"}
     if row.quantity == "decode_iteration_s":
         w = row.workload
-        costs = step_costs(row, [(int(w["context"]), 1)], implementation)
+        costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set)
         ours = costs.decode_s(int(w["batch"]), float(w["context"]) + 1)
-        return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published, "metric": "decode step s"}
+        return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published}
     lengths = _lengths(row, n_requests)
-    costs = step_costs(row, lengths, implementation)
-    for scheduler in {row.scheduler, row.baseline} - {None}:
-        if scheduler_runner(scheduler, row.settings) is None:
-            return {**out, "status": f"needs scheduler {scheduler} (sim.serving has none yet)"}
-    rate, metric, values = capacity(row, row.scheduler, lengths, costs, seed)
-    out.update(metric=metric, measured=values, rate_per_gpu=rate)
-    if row.quantity == "goodput_rps":
-        ours = rate
-    else:
-        base, _, base_values = capacity(row, str(row.baseline), lengths, costs, seed)
-        out.update(baseline_rate_per_gpu=base, baseline_measured=base_values)
-        ours = rate / base if base else float("inf")
-    ratio = ours / row.published if ours is not None else None
-    return {**out, "status": "ok", "ours": ours, "ratio": ratio}
+    costs = step_costs(row, lengths, implementation, hardware_set)
+    out.update(_ours(row, lengths, costs, seed), status="ok")
+    out["ratio"] = out["ours"] / row.published
+    from benchmarks.distserve_profile import profiled_costs
+
+    out["profiled"] = []
+    for engine in row.profiles:
+        prof = _ours(row, lengths, profiled_costs(costs, engine), seed)
+        out["profiled"].append({**prof, "ratio": prof["ours"] / row.published, "engine": engine})
+    return out
 
 
 def _print(results: list[dict[str, Any]], rows: dict[str, PublishedServing]) -> None:
     print(f"{'row':34} {'impl':12} {'published':>10} {'ours':>10} {'ours/pub':>9}  status")
     for r in results:
-        row = rows[r["key"]]
-        ours = r.get("ours")
-        ratio = r.get("ratio")
+        row, ratio = rows[r["key"]], r.get("ratio")
         inside = ratio is not None and 1 / TARGET <= ratio <= TARGET
         flag = "" if ratio is None else ("  within 1.3x" if inside else "  OUTSIDE 1.3x")
-        print(f"{r['key']:34} {r['implementation']:12} {row.published:>10.4g} "
-              f"{'' if ours is None else f'{ours:.4g}':>10} {'' if ratio is None else f'{ratio:.2f}':>9}  "
-              f"{r['status']}{flag}")
+        ours = "" if r.get("ours") is None else f"{r['ours']:.4g}"
+        print(f"{r['key']:34} {r['implementation']:12} {row.published:>10.4g} {ours:>10} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>9}  {r['status']}{flag}")
         if r.get("measured"):
-            print(f"{'':34} criterion: {r['metric']}; at our rate: {r.get('measured')}")
+            base = f"; baseline {r['baseline_rate_per_gpu']:.3g}/GPU at {r['baseline_measured']}" \
+                if "baseline_rate_per_gpu" in r else ""
+            print(f"{'':34} {r['rate_per_gpu']:.3g}/GPU at {r['measured']}{base}")
+        for p in r.get("profiled", []):
+            print(f"{'':34} with DistServe's profiled {p['engine']} step times: {p['ours']:.4g} "
+                  f"(ours/pub {p['ratio']:.2f}) at {p['measured']}")
     print("\nsimulated on CPU from the step model (no GPU run); published values and setups: "
           "benchmarks/serving_published.py")
+
+
+def _hardware_set(items: list[str]) -> dict[str, float] | None:
+    """--hardware-set FIELD=VALUE pairs (None, with the error printed, when one is not of that form)."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            print(f"error: --hardware-set {item!r}: expected FIELD=NUMBER, e.g. "
+                  "gpu.achievable_compute_fraction=0.70", file=sys.stderr)
+            return None
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="", help="comma-separated row keys [all]")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument("--hardware-set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="what-if: a hardware profile field, e.g. gpu.achievable_compute_fraction=0.70")
     args = parser.parse_args(argv)
     rows = {r.key: r for r in ROWS}
     keys = [k.strip() for k in args.rows.split(",") if k.strip()] or list(rows)
@@ -232,16 +258,30 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: --rows: unknown row {unknown[0]!r}; rows: {', '.join(rows)}", file=sys.stderr)
         return 2
+    if args.requests < 1:
+        print(f"error: --requests must be a positive count, got {args.requests}", file=sys.stderr)
+        return 2
+    hardware_set = _hardware_set(args.hardware_set)
+    if hardware_set is None:
+        return 2
     impls = ("ideal", "as-published") if args.implementation == "both" else (args.implementation,)
+    from sim.errors import SimInputError
+
     results = []
     for key in keys:
         for impl in impls:
             t0 = time.perf_counter()
-            res = evaluate(rows[key], args.requests, impl, args.seed)
+            try:
+                res = evaluate(rows[key], args.requests, impl, args.seed, hardware_set)
+            except SimInputError as exc:  # a --hardware-set field the profile lacks (HardwareError)
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             res["wall_s"] = time.perf_counter() - t0
             results.append(res)
             print(f"  {key} ({impl}): {res['status']} in {res['wall_s']:.0f} s", file=sys.stderr)
     _print(results, rows)
+    if hardware_set:
+        print(f"what-if hardware fields: {hardware_set}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0

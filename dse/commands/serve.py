@@ -1,10 +1,12 @@
 """`dse serve`: request-level serving simulation (sim/serving/) per hardware profile, method and scheduler.
 
     dse serve --model M --hardware P1,P2 --method freekv,dense --input-tokens I --output-tokens O
-              --tpot-slo-ms X [--ttft-slo-s T] [--scheduler blocking,chunked,disaggregated]
+              --tpot-slo-ms X [--token-slo-stat tpot-p99|tbt-p99|tbt-p90|tbt-p50] [--ttft-slo-s T]
+              [--scheduler blocking,prefill-first,chunked,disaggregated]
               [--arrival-rate R | --requests FILE | --target-rate R [--seeds K] [--prices FILE]]
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
-              [--chunk-tokens C] [--kv-link-gbps G] [--demand ...] [--implementation ...] [--json FILE]
+              [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
+              [--demand ...] [--implementation ...] [--json FILE]
               [--page-size ... --budget-tokens ... --dense-layers ...] [--set FIELD=VALUE]
               [--option KEY=VALUE] [--software S] [--seed S]
 
@@ -34,12 +36,12 @@ from dse.commands.replay_options import (
     transplant_option,
     what_if_options,
 )
-from traces.numbers import MILLISECONDS, RATE_PER_S, REQUESTS, SECONDS, SEED, TOKENS, Range
+from dse.commands.serve_options import scheduler_options, slo_options
+from traces.numbers import RATE_PER_S, REQUESTS, SEED, TOKENS, Range
 
 GPUS = Range(1, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
 MAX_GPUS = Range(2, 4096, integer=True, unit="GPUs", why="at most 4096 per pool")
 SEEDS = Range(1, 64, integer=True, unit="arrival seeds", why="at most 64")
-LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
 
 __all__ = ["command"]
 
@@ -65,35 +67,8 @@ __all__ = ["command"]
     show_default=True,
     help="generated tokens per Poisson request",
 )
-@click.option(
-    "--ttft-slo-s",
-    type=number(SECONDS),
-    default=None,
-    help="p99 time-to-first-token SLO, seconds [none: the fleet must only keep up, --queue-slo-s]",
-)
-@click.option(
-    "--tpot-slo-ms",
-    type=number(MILLISECONDS),
-    default=50.0,
-    show_default=True,
-    help="p99 per-token latency (time per output token after the first) SLO, milliseconds",
-)
-@click.option(
-    "--queue-slo-s",
-    type=number(SECONDS),
-    default=5.0,
-    show_default=True,
-    help="without --ttft-slo-s: p99 queueing delay a fleet that keeps up stays under (Vidur's "
-    "capacity-search bound)",
-)
-@click.option(
-    "--scheduler",
-    "schedulers",
-    default="blocking,chunked,disaggregated",
-    show_default=True,
-    help="comma-separated: blocking (prefill blocks decode, as the research runtimes run), "
-    "chunked (Sarathi-Serve / vLLM chunked prefill), disaggregated (prefill and decode pools)",
-)
+@slo_options
+@scheduler_options
 @click.option(
     "--arrival-rate",
     type=number(RATE_PER_S),
@@ -118,13 +93,6 @@ __all__ = ["command"]
     help="with --target-rate: arrival seeds --seed, --seed+1, ...; the answer is their range",
 )
 @click.option(
-    "--router",
-    type=click.Choice(["least-loaded", "round-robin"]),
-    default="least-loaded",
-    show_default=True,
-    help="how a fleet routes requests (and prefilled KV) to its GPUs",
-)
-@click.option(
     "--gpus",
     type=number(GPUS),
     default=1,
@@ -144,21 +112,6 @@ __all__ = ["command"]
     default=256,
     show_default=True,
     help="with --target-rate: the largest fleet searched",
-)
-@click.option(
-    "--chunk-tokens",
-    type=number(TOKENS),
-    default=512,
-    show_default=True,
-    help="chunked: tokens per iteration (decode + prefill chunks; Sarathi-Serve's and Vidur's 512)",
-)
-@click.option(
-    "--kv-link-gbps",
-    type=number(LINK_GBPS),
-    default=50.0,
-    show_default=True,
-    help="disaggregated: GB/s of the KV transfer from a prefill to a decode GPU (one 400 Gb/s "
-    "InfiniBand NIC per GPU)",
 )
 @click.option(
     "--n-requests",
@@ -193,6 +146,7 @@ def command(
     output_tokens: int,
     ttft_slo_s: float | None,
     tpot_slo_ms: float,
+    token_slo_stat: str,
     queue_slo_s: float,
     schedulers: str,
     arrival_rate: float | None,
@@ -205,6 +159,8 @@ def command(
     max_gpus: int,
     chunk_tokens: int,
     kv_link_gbps: float,
+    max_seqs: int | None,
+    max_batched_tokens: int | None,
     n_requests: int | None,
     demand: str | None,
     implementation: str,
@@ -229,10 +185,12 @@ def command(
     transplant_method: bool,
 ) -> None:
     """Serve a request stream with continuous batching and memory-gated admission under a scheduler
-    (blocking: prefill blocks decode; chunked: Sarathi-Serve / vLLM chunked prefill; disaggregated:
-    prefill and decode pools with the KV moved over a link): TTFT and per-token latency p50/p99,
-    goodput, the highest Poisson rate under the SLOs, or with --target-rate the fewest GPUs (and, with
-    --prices, dollars) that meet them, over several arrival seeds.
+    (blocking: prefill blocks decode; prefill-first: vLLM v0.2-v0.3, prompts prefilled together while
+    decode waits; chunked: Sarathi-Serve / vLLM chunked prefill; disaggregated: prefill and decode pools
+    with the KV moved over a link): TTFT, TPOT (a request's mean time per token) and TBT (every gap
+    between two tokens) percentiles, goodput, the highest Poisson rate under the SLOs, or with
+    --target-rate the fewest GPUs (and, with --prices, dollars) that meet them, over several arrival
+    seeds.
 
     Each method prices its own demand (its own measured trace, else its own preset); --demand gives one
     to all (another policy's trace only with --transplant-method, labelled). With --accuracy-from or
@@ -283,8 +241,8 @@ def command(
     if fixed is not None:
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
-    slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s)
-    settings = SchedulerSettings(chunk_tokens, kv_link_gbps)
+    slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s, token_slo_stat)
+    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens)
     plan = ServePlan(
         slos=slos,
         schedulers=sched,
@@ -364,6 +322,7 @@ def command(
         "slos": slos.to_dict(),
         "ttft_slo_s": ttft_slo_s,
         "tpot_slo_ms": tpot_slo_ms,
+        "token_slo_stat": token_slo_stat,
         "mode": (
             "fewest GPUs at the target rate"
             if target_rate is not None

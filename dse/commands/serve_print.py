@@ -40,9 +40,9 @@ def _print_failures(console: Any, payload: dict, fleet: bool) -> None:
         if fleet and r.get("impossible"):
             f = r["impossible"]
             console.print(
-                f"[red]{where}[/]: one sequence alone decodes at {f['p99_s'] * 1e3:.3g} ms per token "
-                f"({f['p99_s'] / f['limit_s']:.2f}x the {f['limit_s'] * 1e3:g} ms per-token limit): no fleet "
-                "meets it"
+                f"[red]{where}[/]: one sequence alone decodes at {f['value_s'] * 1e3:.3g} ms per token "
+                f"({f['value_s'] / f['limit_s']:.2f}x the {f['limit_s'] * 1e3:g} ms per-token limit): no "
+                "fleet meets it"
             )
             continue
         if fleet:
@@ -60,14 +60,15 @@ def _rate_table(payload: dict) -> Any:
     from dse.commands.capacity_print import accuracy_text
 
     measured = any(r["accuracy"] is not None for r in payload["results"])
-    table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated)")
+    table = Table(title="serving (accuracy measured; rates, latencies, tokens/s simulated; p50s and TBT p90 "
+                  "in --json)")
     cols = ["hardware", "method", "scheduler", "GPUs", "knobs"] + (["accuracy", "floor"] if measured else [])
     cols += [
         "rate req/s",
-        "TTFT p50 s",
         "TTFT p99 s",
-        "tok p50 ms",
-        "tok p99 ms",
+        "TPOT p99 ms",
+        "TBT p50 ms",
+        "TBT p99 ms",
         "tokens/s",
         "goodput req/s",
         "SLO met",
@@ -83,16 +84,16 @@ def _rate_table(payload: dict) -> Any:
         head = [r["hardware"], method, r["scheduler"], gpus, r["knobs"]]
         head += [accuracy_text(r), r["floor_verdict"]] if measured else []
         if r["mode"] == "highest rate under the SLOs" and not r["meets"]:
-            table.add_row(*head, f"0: {_slo_names(r)} (below)", *["-"] * 8)
+            table.add_row(*head, f"0: {_slo_names(r)} (below)", *["-"] * (len(cols) - len(head) - 1))
             continue
         rate = "-" if r["rate_per_s"] is None else f"{r['rate_per_s']:.3g}"
         table.add_row(
             *head,
             rate,
-            _s(st["ttft_p50_s"]),
             _s(st["ttft_p99_s"]),
-            _ms(st["tpot_p50_s"]),
             _ms(st["tpot_p99_s"]),
+            _ms(st["tbt_p50_s"]),
+            _ms(st["tbt_p99_s"]),
             f"{st['throughput_tokens_per_s']:.0f}",
             f"{st['goodput_requests_per_s']:.3g}",
             f"{st['slo_attainment']:.0%}",
@@ -124,7 +125,7 @@ def _fleet_table(payload: dict) -> Any:
         f"{payload['seeds']} arrival seeds (GPUs, latencies simulated)"
     )
     cols = ["hardware", "method", "scheduler", "knobs"] + (["accuracy", "floor"] if measured else [])
-    cols += ["GPUs", "prefill+decode", "binds", "TTFT p99 s", "tok p99 ms"]
+    cols += ["GPUs", "prefill+decode", "binds", "TTFT p99 s", "TPOT p99 ms", "TBT p99 ms"]
     cols += ["$/h", "$/M out tok"] if priced else []
     for col in cols:
         left = col in ("hardware", "method", "scheduler", "knobs", "floor", "binds")
@@ -145,6 +146,7 @@ def _fleet_table(payload: dict) -> Any:
             binds,
             _s(r["ttft_p99_s_max"]),
             _ms(r["tpot_p99_s_max"]),
+            _ms(r["tbt_p99_s_max"]),
         ]
         if priced:
             row += [
@@ -184,8 +186,8 @@ def print_serve(payload: dict) -> None:
             "GPUs: the fewest meeting every SLO for each seed, min-max over seeds (disaggregated: "
             "prefill+decode GPUs and the prefill share); "
             "binds: the SLO the fleet one GPU smaller broke (keeping up (floor): "
-            "the answer is the floor below which a fleet cannot keep up with the arrivals); TTFT/tok p99: "
-            "the worst seed at its answer"
+            "the answer is the floor below which a fleet cannot keep up with the arrivals); "
+            "TTFT/TPOT/TBT p99: the worst seed at its answer"
         )
         streams = {r["hardware"]: r["n_requests"] for r in payload["results"]}
         console.print("stream per seed: " + ", ".join(f"{h} {n} requests" for h, n in streams.items()))

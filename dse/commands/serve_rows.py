@@ -46,7 +46,7 @@ class ServePlan:
 def fleet_requests(costs: StepCosts, rate: float, input_tokens: int, output_tokens: int, slos: Slos) -> int:
     """The stream length of a fleet evaluation: four request lifetimes (prefill + output tokens at the
     per-token SLO) of arrivals at the target rate, at least 200 requests."""
-    lifetime_s = costs.prefill_s(input_tokens) + output_tokens * slos.tpot_s
+    lifetime_s = costs.prefill_s(input_tokens) + output_tokens * slos.token_s
     return max(200, math.ceil(4 * rate * lifetime_s))
 
 
@@ -83,12 +83,12 @@ def rate_row(
         row.update(
             mode="requests file" if plan.fixed is not None else "fixed rate",
             rate_per_s=plan.arrival_rate,
-            stats=res.stats(slos.ttft_s, slos.tpot_s),
+            stats=res.stats(slos.ttft_s, slos.token_s if slos.token_slo == "TPOT" else None),
             meets=not fails,
             failures=[f.to_dict() for f in fails],
         )
         return row
-    found = max_rate(run_at, slos.ttft_s, slos.tpot_s, queue_slo_s=slos.queue_s)
+    found = max_rate(run_at, slos)
     row.update(
         mode="highest rate under the SLOs",
         rate_per_s=found.rate_per_s,
@@ -125,7 +125,8 @@ def fleet_row(
     met = ans.met
     at = [a.stats for a in met]
     row["ttft_p99_s_max"] = max((s["ttft_p99_s"] for s in at), default=None)
-    row["tpot_p99_s_max"] = max((s["tpot_p99_s"] for s in at if s["tpot_p99_s"] is not None), default=None)
+    for key in ("tpot_p99_s", "tbt_p99_s"):
+        row[f"{key}_max"] = max((s[key] for s in at if s[key] is not None), default=None)
     row["meets"] = row["gpus_min"] is not None
     row["failures"] = _why_none(ans) if not row["meets"] else []
     price = plan.prices.get(hardware)

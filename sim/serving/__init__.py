@@ -5,12 +5,14 @@ One concept per module:
 - `requests`: Poisson streams and request files;
 - `step_costs`: the step model's decode step, prefill and prefill-chunk costs, memory per sequence;
 - `schedulers`: `blocking`, `chunked`, `disaggregated`: what each does and the cost model it cites;
-- `replica` (state every scheduler shares; `blocking`), `chunked`, `disaggregated`: the schedulers;
+- `replica` (state every scheduler shares; `blocking`), `prefill_first`, `chunked`, `disaggregated`: the
+  schedulers;
 - `router`: `round-robin`, `least-loaded`; `fleet`: replicas behind a router in one SimPy environment;
-- `slos`, `ledger`, `result`: SLOs, per-request times with the early stop, the run's statistics and
-  which SLO broke by how much;
-- `rate_search`: the highest Poisson rate meeting the SLOs; `fleet_search`: the fewest GPUs meeting
-  them at a target rate, over several arrival seeds.
+- `slos`, `ledger`, `token_gaps`, `result`: SLOs (the per-token one on TPOT or on a TBT percentile),
+  per-request times and every inter-token gap with the early stop, the run's statistics and which SLO
+  broke by how much;
+- `rate_search`: the highest Poisson rate meeting the SLOs; `fleet_search` (searches in `pool_search`):
+  the fewest GPUs meeting them at a target rate, over several arrival seeds.
 """
 
 from sim.serving.fleet import check_fits_alone, serve, simulate
@@ -26,8 +28,9 @@ from sim.serving.schedulers import (
     SchedulerSettings,
     scheduler_model,
 )
-from sim.serving.slos import DEFAULT_QUEUE_S, Failure, Slos
+from sim.serving.slos import DEFAULT_QUEUE_S, TOKEN_STATS, Failure, Slos
 from sim.serving.step_costs import CONTEXT_BUCKET_TOKENS, STEPS_PER_POINT, StepCosts
+from sim.serving.token_gaps import TokenGaps
 
 __all__ = [
     "Request",
@@ -53,6 +56,8 @@ __all__ = [
     "Slos",
     "Failure",
     "DEFAULT_QUEUE_S",
+    "TOKEN_STATS",
+    "TokenGaps",
     "CONTEXT_BUCKET_TOKENS",
     "STEPS_PER_POINT",
 ]

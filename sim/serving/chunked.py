@@ -1,12 +1,16 @@
 """The `chunked` scheduler (sim/serving/schedulers.py): each iteration carries one decode token of every
 running sequence and then prefill chunks, in arrival order, up to the token budget.
 
-An iteration costs `decode_s(batch, mean context) + chunks_s(chunks, batch)` (sim/serving/step_costs.py).
-A prompt is admitted (its memory reserved) when the budget reaches it and it fits; its last chunk emits
-its first token and it decodes from the next iteration. At most `chunk_tokens` sequences run, so every
-iteration has room for them. Iterations where one prompt fills the whole remaining budget and is not
-finished, and the batch and its context bucket stay the same, are taken as one span: arrivals cannot
-change them (there is no budget left for a new prompt).
+An iteration is priced as one mixed batch, `StepCosts.iteration_s(batch, mean context, chunks)`
+(sim/serving/step_costs.py). A prompt is admitted (its memory reserved) when the budget reaches it, it fits
+and a sequence slot is free; its last chunk emits its first token and it decodes from the next iteration.
+At most `chunk_tokens` sequences run (fewer with `max_seqs`: Sarathi-Serve's `max_num_seqs`, its batch size
+128 in the paper's runs), so every iteration has room for their decode tokens: microsoft/sarathi-serve
+sarathi/core/scheduler/sarathi_scheduler.py:121-151 (decode tokens first), 156-178 (the running prompts'
+next chunks), 187-226 (new prompts while the budget, memory and `max_num_seqs` allow) at commit ceaa066.
+Iterations where one prompt fills the whole remaining budget and is not finished, and the batch and its
+context bucket stay the same, are taken as one span: arrivals cannot change them (there is no budget
+left for a new prompt).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ __all__ = ["ChunkedReplica"]
 
 
 class ChunkedReplica(Replica):
-    def __init__(self, env: simpy.Environment, book: Ledger, costs: StepCosts, chunk_tokens: int) -> None:
-        super().__init__(env, book, costs)
+    def __init__(
+        self, env: simpy.Environment, book: Ledger, costs: StepCosts, chunk_tokens: int, max_seqs: int | None
+    ) -> None:
+        super().__init__(env, book, costs, min(chunk_tokens, max_seqs or chunk_tokens))
         self.budget = chunk_tokens
         self.prefilling: dict[int, int] = {}  # request -> prompt tokens already prefilled (arrival order)
 
@@ -45,7 +51,6 @@ class ChunkedReplica(Replica):
             left > 0
             and self.waiting
             and self.fits(self.waiting[0])
-            and (len(self.running) + len(self.prefilling) < self.budget)
         ):
             i = self.waiting.popleft()
             self.reserve(i)
@@ -57,13 +62,9 @@ class ChunkedReplica(Replica):
             left -= c
         return plan
 
-    def _iteration_s(self, chunks: list[tuple[int, int, int]]) -> float:
+    def _mean_context(self) -> float:
         b = len(self.running)
-        decode = 0.0
-        if b:
-            mean = sum(v[0] for v in self.running.values()) / b
-            decode = self.costs.decode_s(b, mean)
-        return decode + self.costs.chunks_s(chunks, b)
+        return sum(v[0] for v in self.running.values()) / b if b else 0.0
 
     def _full_chunk_span(self, plan: list[tuple[int, int, int, int]]) -> int:
         """How many iterations like this one (one prompt filling the budget, not finishing; the batch and
@@ -73,7 +74,7 @@ class ChunkedReplica(Replica):
         i, c, done, n = plan[0]
         k = (n - done - 1) // c  # iterations whose chunk of c does not finish the prompt
         if self.running:
-            mean = sum(v[0] for v in self.running.values()) / len(self.running)
+            mean = self._mean_context()
             k = min(k, min(v[1] for v in self.running.values()), int(self.costs.bucket(mean) - mean) + 1)
         return max(1, k)
 
@@ -92,22 +93,23 @@ class ChunkedReplica(Replica):
             k = self._full_chunk_span(plan)
             if k > 1:
                 i, c, done, n = plan[0]
-                times = self._iteration_s([]) + self.costs.chunk_span_s(
-                    c, done + c * np.arange(k), n, len(self.running)
+                times = self.costs.chunk_span_s(
+                    c, done + c * np.arange(k), n, len(self.running), self._mean_context()
                 )
                 yield self.env.timeout(float(times.sum()))
                 self.book.steps(times)
                 self.book.iteration_tokens(len(self.running) + c)
                 self.prefilling[i] = done + k * c
                 if self.running:
-                    self.advance(k)
+                    self.advance(k, times)
                 continue
-            dt = self._iteration_s([(c, p, n) for _, c, p, n in plan])
+            chunks = [(c, p, n) for _, c, p, n in plan]
+            dt = self.costs.iteration_s(len(self.running), self._mean_context(), chunks)
             yield self.env.timeout(dt)
             self.book.steps(dt)
             self.book.iteration_tokens(len(self.running) + sum(c for _, c, _, _ in plan))
             if self.running:
-                self.advance(1)
+                self.advance(1, dt)
             for i, c, done, n in plan:
                 if done + c >= n:
                     del self.prefilling[i]

@@ -34,8 +34,10 @@ def park_slots(costs: StepCosts, input_tokens: int) -> int:
 class DecodeReplica(Replica):
     """Continuous batching of decode only: admits handed-off requests in FIFO order as memory allows."""
 
-    def __init__(self, env: simpy.Environment, book: Ledger, costs: StepCosts) -> None:
-        super().__init__(env, book, costs)
+    def __init__(
+        self, env: simpy.Environment, book: Ledger, costs: StepCosts, max_seqs: int | None = None
+    ) -> None:
+        super().__init__(env, book, costs, max_seqs)
         self.admitted: dict[int, simpy.Event] = {}  # request -> fires when its memory is reserved
         self.in_transfer = 0
         self.ready: list[int] = []  # KV arrived, joins the batch at the next step boundary

@@ -1,10 +1,10 @@
 """A fleet: replicas of one profile behind a router, simulated in one SimPy environment.
 
 `simulate(requests, costs, scheduler, replicas, ...)` routes each request at its arrival (sim/serving/
-router.py) to one of `replicas` GPUs running `scheduler` (`blocking`, `chunked`), or, `disaggregated`,
-to one of `prefill_replicas` prefill GPUs whose KV then goes to one of `replicas` decode GPUs (the same
-router kind picks both). `serve(requests, costs)` is one GPU, blocking. Both are pure: same inputs, same
-result. With `slos` and `stop_early` the run ends once one SLO's p99 is certainly broken
+router.py) to one of `replicas` GPUs running `scheduler` (`blocking`, `prefill-first`, `chunked`), or,
+`disaggregated`, to one of `prefill_replicas` prefill GPUs whose KV then goes to one of `replicas` decode
+GPUs (the same router kind picks both). `serve(requests, costs)` is one GPU, blocking. Both are pure:
+same inputs, same result. With `slos` and `stop_early` the run ends once one SLO is certainly broken
 (sim/serving/slos.py).
 """
 
@@ -18,6 +18,7 @@ from sim.errors import SimInputError
 from sim.serving.chunked import ChunkedReplica
 from sim.serving.disaggregated import DecodeReplica, PrefillWorker, park_slots
 from sim.serving.ledger import Ledger
+from sim.serving.prefill_first import PrefillFirstReplica
 from sim.serving.replica import BlockingReplica, Replica
 from sim.serving.requests import Request
 from sim.serving.result import ServingResult
@@ -72,14 +73,20 @@ def simulate(
     env = simpy.Environment()
     book = Ledger(env, requests, slos, stop_early)
     gpus: list[Replica]
+    cap = settings.max_seqs
     if scheduler == "blocking":
-        gpus = [BlockingReplica(env, book, costs) for _ in range(replicas)]
+        gpus = [BlockingReplica(env, book, costs, cap) for _ in range(replicas)]
         front: list = gpus
+    elif scheduler == "prefill-first":
+        gpus = [
+            PrefillFirstReplica(env, book, costs, settings.max_batched_tokens, cap) for _ in range(replicas)
+        ]
+        front = gpus
     elif scheduler == "chunked":
-        gpus = [ChunkedReplica(env, book, costs, settings.chunk_tokens) for _ in range(replicas)]
+        gpus = [ChunkedReplica(env, book, costs, settings.chunk_tokens, cap) for _ in range(replicas)]
         front = gpus
     else:
-        decoders = [DecodeReplica(env, book, costs) for _ in range(replicas)]
+        decoders = [DecodeReplica(env, book, costs, cap) for _ in range(replicas)]
         gpus = list(decoders)
         decode_router = Router(router, decoders)
         slots = park_slots(costs, max(r.input_tokens for r in requests))

@@ -4,29 +4,31 @@ several arrival seeds (the answer is the range across seeds).
 Each evaluation simulates the whole fleet (sim/serving/fleet.py) on `n_requests` Poisson arrivals at the
 target rate, stopping early once an SLO is certainly broken. Floors no short stream may undercut, as a
 fleet below them cannot keep up with the arrivals however short the stream (utilisation over 1):
-- prefill: rate x the prompt's prefill seconds (blocking, and the prefill pool of disaggregated);
+- prefill: rate x the prompt's prefill seconds (blocking and prefill-first, and the prefill pool of
+  disaggregated);
 - decode: rate x output tokens / the best decode tokens per second one GPU reaches within its memory
   and the per-token SLO (b / decode_s(b) at the mean context, b up to what fits); no such b means no
   fleet meets the per-token SLO, answered without a search;
-- blocking adds both (each GPU prefills and decodes).
-Search, one pool (blocking, chunked): from a guess (the sum of both floors; later seeds: the previous
-seed's answer), grow by half until one meets, then bisect between the last failing and the first
-meeting count. Disaggregated: from both floors (later seeds: the previous answer), grow the pool whose
-wait dominates by half (a per-token failure grows the decode pool; TTFT or queueing grows the pool whose
-p99 wait is larger) until one meets, then bisect the decode pool with those prefill GPUs, then the
-prefill pool with those decode GPUs: a greedy search, not an exhaustive one.
+- blocking and prefill-first add both (each GPU prefills and decodes, never at once).
+Search (sim/serving/pool_search.py), one pool (blocking, prefill-first, chunked): from a guess (the sum
+of both floors; later seeds: the previous seed's answer), grow by half until one meets, then bisect
+between the last failing and the first meeting count. Disaggregated: first a fleet that meets, grown
+from both floors (later seeds: the previous answer) by half in the pool whose wait dominates (a
+per-token failure grows the decode pool; TTFT or queueing grows the pool whose p99 wait is larger); then
+the fewest total GPUs over every split, exact when meeting the SLOs is monotone in each pool
+(pool_search.fewest_total).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from sim.serving.fleet import simulate
+from sim.serving.pool_search import fewest_total, smallest
 from sim.serving.requests import poisson_requests
 from sim.serving.result import ServingResult
 from sim.serving.schedulers import SchedulerSettings
@@ -120,7 +122,7 @@ class FleetAnswer:
 
 
 def decode_floor(
-    costs: StepCosts, rate_per_s: float, input_tokens: int, output_tokens: int, tpot_s: float
+    costs: StepCosts, rate_per_s: float, input_tokens: int, output_tokens: int, token_s: float
 ) -> tuple[int, float]:
     """(GPUs, best tokens/s per GPU) the decode work needs at least (module docstring); (0, step at
     batch 1) when even one sequence alone is over the per-token SLO."""
@@ -130,16 +132,16 @@ def decode_floor(
     fit = int(max(1, min(by_gpu, by_host, 1 << 12)))
     mean_ctx = input_tokens + output_tokens / 2
     one = costs.decode_s(1, mean_ctx)
-    if one > tpot_s:
+    if one > token_s:
         return 0, one
     best, b = 1 / one, 2
     while b <= fit:  # powers of two, then the fit itself
         s = costs.decode_s(b, mean_ctx)
-        if s > tpot_s:
+        if s > token_s:
             break
         best = max(best, b / s)
         b *= 2
-    if fit > 1 and costs.decode_s(fit, mean_ctx) <= tpot_s:
+    if fit > 1 and costs.decode_s(fit, mean_ctx) <= token_s:
         best = max(best, fit / costs.decode_s(fit, mean_ctx))
     need = rate_per_s * output_tokens / best
     return max(1, math.ceil(need)), best
@@ -166,20 +168,22 @@ class _Evaluator:
         )
         self.requests = requests
         self.points: dict[tuple[int, int], FleetPoint] = {}
-        self.results: dict[tuple[int, int], ServingResult] = {}
+        self.waits: dict[tuple[int, int], tuple[float, float]] = {}  # p99 prefill queueing, decode wait
         self.last = (0, 0)  # the largest fleet tried, when none met the SLOs
 
-    def _run(self, prefill_gpus: int, gpus: int, stop_early: bool) -> tuple[FleetPoint, Any]:
+    def _run(self, prefill_gpus: int, gpus: int, stop_early: bool) -> tuple[FleetPoint, ServingResult]:
         res = simulate(self.requests, self.costs, self.scheduler, gpus, prefill_gpus, self.router,
                        self.settings, self.slos, stop_early=stop_early)
         fails = tuple(res.failures(self.slos))
-        stats = res.stats(self.slos.ttft_s, self.slos.tpot_s)
+        stats = res.stats(self.slos.ttft_s, self.slos.token_s if self.slos.token_slo == "TPOT" else None)
         return FleetPoint(prefill_gpus, gpus, not fails, fails, stats), res
 
     def __call__(self, prefill_gpus: int, gpus: int) -> FleetPoint:
         key = (prefill_gpus, gpus)
         if key not in self.points:
-            self.points[key], self.results[key] = self._run(prefill_gpus, gpus, stop_early=True)
+            self.points[key], res = self._run(prefill_gpus, gpus, stop_early=True)
+            with np.errstate(all="ignore"):
+                self.waits[key] = (_p99(res.prefill_queue_s), _p99(res.decode_wait_s))
         return self.points[key]
 
     def full(self, prefill_gpus: int, gpus: int) -> FleetPoint:
@@ -187,61 +191,38 @@ class _Evaluator:
         return self._run(prefill_gpus, gpus, stop_early=False)[0]
 
 
-def _smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) -> int | None:
-    """Smallest n in [floor, cap] with meets(n), assuming meets is monotone: grow from the guess by half
-    until one meets, then bisect."""
-    guess = min(max(floor, guess), cap)
-    if meets(guess):
-        hi, lo = guess, floor - 1
-    else:
-        lo = guess
-        hi = None
-        while lo < cap:
-            n = min(cap, max(lo + 1, math.ceil(lo * 1.5)))
-            if meets(n):
-                hi = n
-                break
-            lo = n
-        if hi is None:
-            return None
-    return _bisect(meets, lo, hi)
+def _p99(x: np.ndarray) -> float:
+    return float(np.nanpercentile(x, 99)) if np.isfinite(x).any() else 0.0
 
 
-def _bisect(meets: Callable[[int], bool], lo: int, hi: int) -> int:
-    """Smallest n in (lo, hi] with meets(n), given meets(hi) and lo failing (or below the floor)."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if meets(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _disaggregated(
+def _first_meeting(
     ev: _Evaluator, p_floor: int, d_floor: int, cap: int, hint: tuple[int, int] | None
-) -> FleetPoint | None:
+) -> tuple[int, int] | None:
+    """A disaggregated fleet that meets the SLOs, grown from the floors or the hint (module docstring)."""
     p, d = hint if hint is not None else (p_floor, d_floor)
     p, d = max(p, p_floor), max(d, d_floor)
     while True:
         pt = ev(p, d)
         if pt.meets:
-            break
+            return p, d
         if p + d >= cap:
             ev.last = (p, d)
             return None
-        res = ev.results[(p, d)]
         worst = pt.failures[0].slo if pt.failures else "TPOT"
-        with np.errstate(all="ignore"):
-            pre = np.nanpercentile(res.prefill_queue_s, 99) if np.isfinite(res.prefill_queue_s).any() else 0
-            dec = np.nanpercentile(res.decode_wait_s, 99) if np.isfinite(res.decode_wait_s).any() else 0
-        if worst == "TPOT" or dec > pre:
+        pre, dec = ev.waits[(p, d)]
+        if worst in ("TPOT", "TBT") or dec > pre:
             d += max(1, d // 2)
         else:
             p += max(1, p // 2)
-    # then the fewest decode GPUs with these prefill GPUs, and the fewest prefill GPUs with those
-    d = _bisect(lambda k: ev(p, k).meets, d_floor - 1, d)
-    p = _bisect(lambda k: ev(k, d).meets, p_floor - 1, p)
+
+
+def _disaggregated(
+    ev: _Evaluator, p_floor: int, d_floor: int, cap: int, hint: tuple[int, int] | None
+) -> FleetPoint | None:
+    start = _first_meeting(ev, p_floor, d_floor, cap, hint)
+    if start is None:
+        return None
+    p, d = fewest_total(lambda a, b: ev(a, b).meets, start, (p_floor, d_floor))
     return ev(p, d)
 
 
@@ -261,12 +242,14 @@ def fewest_gpus(
     """The fewest GPUs meeting `slos` at `rate_per_s` for each seed (module docstring)."""
     settings = settings or SchedulerSettings()
     answer = FleetAnswer(scheduler, router, rate_per_s, n_requests, tuple(seeds), [], [])
-    d_floor, best_tps = decode_floor(costs, rate_per_s, input_tokens, output_tokens, slos.tpot_s)
+    d_floor, best_tps = decode_floor(costs, rate_per_s, input_tokens, output_tokens, slos.token_s)
     if d_floor == 0:
-        answer.impossible = Failure("TPOT", best_tps, slos.tpot_s, n_requests, n_requests)
+        answer.impossible = Failure(
+            slos.token_slo, best_tps, slos.token_s, n_requests, n_requests, slos.token_percentile
+        )
         answer.notes.append(
             f"one sequence alone decodes a step in {best_tps * 1e3:.3g} ms at the mean context: no fleet "
-            f"meets p99 per-token <= {slos.tpot_s * 1e3:g} ms"
+            f"meets {slos.text().split(', ')[0]}"
         )
         answer.answers = [None] * len(seeds)
         answer.binding = [None] * len(seeds)
@@ -281,17 +264,18 @@ def fewest_gpus(
             if found is not None:
                 hint = (found.prefill_gpus, found.gpus)
                 below = [
-                    ev.points.get((found.prefill_gpus - 1, found.gpus)),
-                    ev.points.get((found.prefill_gpus, found.gpus - 1)),
+                    ev(found.prefill_gpus - k, found.gpus - (1 - k))
+                    for k in (1, 0)
+                    if found.prefill_gpus - k >= 1 and found.gpus - (1 - k) >= 1
                 ]
                 fails = [b for b in below if b is not None and not b.meets]
                 answer.binding.append(fails[0] if fails else None)
             else:
                 answer.binding.append(ev.full(*ev.last))
         else:
-            floor = p_floor + d_floor if scheduler == "blocking" else d_floor
+            floor = p_floor + d_floor if scheduler in ("blocking", "prefill-first") else d_floor
             guess = hint[1] if hint is not None else p_floor + d_floor
-            n = _smallest(lambda k, ev=ev: ev(0, k).meets, floor, guess, max_gpus)
+            n = smallest(lambda k, ev=ev: ev(0, k).meets, floor, guess, max_gpus)
             found = None if n is None else ev(0, n)
             if found is not None:
                 hint = (0, n)

@@ -1,6 +1,7 @@
-"""Per-request times one simulated run writes (the replicas, prefill and decode pools write here), with the
-early stop: once enough requests broke one SLO that its p99 is certainly over the limit
-(sim.serving.slos.violators_needed), the run's `stop` event fires and the simulation ends there."""
+"""Per-request times and every inter-token gap one simulated run writes (the replicas, prefill and decode
+pools write here), with the early stop: once enough requests (TBT: gaps) broke one SLO that its
+percentile is certainly over the limit (sim.serving.slos.violators_needed), the run's `stop` event fires
+and the simulation ends there."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import simpy
 
 from sim.serving.requests import Request
 from sim.serving.slos import Slos, violators_needed
+from sim.serving.token_gaps import GapLog
 
 __all__ = ["Ledger"]
 
@@ -32,14 +34,22 @@ class Ledger:
         self.max_batch = 0
         self.max_iteration_tokens = 0  # decode tokens + prefill chunk tokens of one iteration (chunked)
         self.done = 0
-        self.violators = {"TPOT": 0, "TTFT": 0, "queueing": 0}
+        self.gap_log = GapLog(n)
+        self.violators = {"TPOT": 0, "TBT": 0, "TTFT": 0, "queueing": 0}
         self.stopped_by: str | None = None
-        self._needed = violators_needed(n)
+        n_gaps = int(np.maximum(self.outputs - 1, 0).sum())
+        token_pct = slos.token_percentile if slos is not None else 99.0
+        self._needed = {
+            "TPOT": violators_needed(n),
+            "TTFT": violators_needed(n),
+            "queueing": violators_needed(n),
+            "TBT": violators_needed(n_gaps, token_pct) if n_gaps else 1,
+        }
         self.stop = env.event()
 
-    def _violated(self, slo: str) -> None:
-        self.violators[slo] += 1
-        if self.stop_early and self.stopped_by is None and self.violators[slo] >= self._needed:
+    def _violated(self, slo: str, count: int = 1) -> None:
+        self.violators[slo] += count
+        if self.stop_early and self.stopped_by is None and self.violators[slo] >= self._needed[slo]:
             self.stopped_by = slo
             if not self.stop.triggered:
                 self.stop.succeed()
@@ -78,6 +88,7 @@ class Ledger:
 
     def first_token(self, i: int) -> None:
         self.first[i] = self.env.now
+        self.gap_log.first_token(i, self.env.now)
         s = self.slos
         if s is not None and s.ttft_s is not None and self.env.now - self.arrival[i] > s.ttft_s:
             self._violated("TTFT")
@@ -88,10 +99,21 @@ class Ledger:
         self.finish[i] = self.env.now
         self.done += 1
         s, out = self.slos, self.outputs[i]
-        if s is not None and out > 1 and (self.env.now - self.first[i]) / (out - 1) > s.tpot_s:
-            self._violated("TPOT")
+        if s is not None and s.token_slo == "TPOT" and out > 1:
+            if (self.env.now - self.first[i]) / (out - 1) > s.token_s:
+                self._violated("TPOT")
         if self.done == len(self.requests) and not self.stop.triggered:
             self.stop.succeed()
+
+    def tokens(self, ids: np.ndarray, step_s: float | np.ndarray, steps: int) -> None:
+        """The `steps` iterations ending now gave each request of `ids` one token each: iterations of
+        `step_s` each, or of the durations in the array `step_s` (sim/serving/token_gaps.py)."""
+        first, rest, repeat = self.gap_log.block(ids, self.env.now, step_s, steps)
+        s = self.slos
+        if s is not None and s.token_slo == "TBT":
+            over = int((first > s.token_s).sum()) + int(repeat[rest > s.token_s].sum()) * len(ids)
+            if over:
+                self._violated("TBT", over)
 
     def steps(self, duration_s: float | np.ndarray, count: int = 1) -> None:
         """Record decode iterations: `count` of one duration, or an array of durations."""

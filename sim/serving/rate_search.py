@@ -1,4 +1,4 @@
-"""The highest Poisson arrival rate whose p99 SLOs hold on one fleet (by default one GPU): halve from a
+"""The highest Poisson arrival rate whose SLOs hold on one fleet (by default one GPU): halve from a
 start rate until one meets them, double until one fails, then bisect to a relative tolerance, as
 Vidur's capacity search does (microsoft/vidur vidur/config_optimizer/config_explorer/capacity_search.py).
 """
@@ -25,24 +25,21 @@ class RateSearch:
 
 def max_rate(
     run_at: Callable[[float], ServingResult],
-    ttft_slo_s: float | None,
-    tpot_slo_s: float,
+    slos: Slos,
     start_rate: float = 0.1,
     rel_tol: float = 0.05,
     max_evals: int = 24,
-    queue_slo_s: float | None = None,
 ) -> RateSearch:
-    """Highest rate meeting p99 TPOT <= tpot_slo_s and p99 TTFT <= ttft_slo_s (without a TTFT SLO: p99
-    queueing <= queue_slo_s, sim/serving/slos.py): at most 8 halvings from `start_rate`, then doubling
-    and bisection to `rel_tol`."""
-    slos = Slos(tpot_slo_s, ttft_slo_s) if queue_slo_s is None else Slos(tpot_slo_s, ttft_slo_s, queue_slo_s)
+    """Highest rate meeting `slos` (the per-token statistic, p99 TTFT or, without a TTFT SLO, p99
+    queueing: sim/serving/slos.py): at most 8 halvings from `start_rate`, then doubling and bisection to
+    `rel_tol`."""
     tried: dict[float, bool] = {}
     stats: dict[float, dict] = {}
     broke: dict[float, tuple[Failure, ...]] = {}
 
     def ok(rate: float) -> bool:
         res = run_at(rate)
-        stats[rate] = res.stats(ttft_slo_s, tpot_slo_s)
+        stats[rate] = res.stats(slos.ttft_s, slos.token_s if slos.token_slo == "TPOT" else None)
         broke[rate] = tuple(res.failures(slos))
         tried[rate] = not broke[rate]
         return tried[rate]

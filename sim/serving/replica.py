@@ -4,7 +4,8 @@ the state every scheduler shares, and the `blocking` scheduler (sim/serving/sche
 Admission: a waiting request starts when its memory fits beside the running ones: each sequence
 reserves its method's per-sequence GPU and host bytes at its own final context (input + output;
 sim.memory's model, as the runtimes preallocate a sequence's pages), on top of the fixed part (weights,
-CUDA context, prefill transient, the method's fixed buffers).
+CUDA context, prefill transient, the method's fixed buffers); with `max_seqs` (a serving engine's
+`max_num_seqs`) also only while fewer than that many sequences hold memory here.
 
 Decode runs in spans: while the batch and its context bucket stay the same, k identical steps are one
 SimPy timeout (the same times as k timeouts of one step); a request arriving at an idle queue cuts the
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator
 
+import numpy as np
 import simpy
 
 from sim.serving.ledger import Ledger
@@ -27,8 +29,12 @@ __all__ = ["Replica", "BlockingReplica"]
 class Replica:
     """A GPU's queue, running batch and memory; subclasses schedule prefill and decode in `run()`."""
 
-    def __init__(self, env: simpy.Environment, book: Ledger, costs: StepCosts) -> None:
+    def __init__(
+        self, env: simpy.Environment, book: Ledger, costs: StepCosts, max_seqs: int | None = None
+    ) -> None:
         self.env, self.book, self.costs = env, book, costs
+        self.max_seqs = max_seqs
+        self.seats = 0  # sequences holding memory here
         self.requests = book.requests
         self.waiting: deque[int] = deque()
         self.running: dict[int, list[int]] = {}  # request -> [context tokens, tokens still to emit]
@@ -50,6 +56,8 @@ class Replica:
 
     def fits(self, i: int) -> bool:
         g, h = self._seq_bytes(i)
+        if self.max_seqs is not None and self.seats >= self.max_seqs:
+            return False
         gpu_ok = self.gpu_bytes + g <= self.costs.gpu_capacity_bytes
         return gpu_ok and self.host_bytes + h <= self.costs.host_capacity_bytes
 
@@ -57,12 +65,14 @@ class Replica:
         g, h = self._seq_bytes(i)
         self.gpu_bytes += g
         self.host_bytes += h
+        self.seats += 1
 
     def release(self, i: int) -> None:
         """Request i is done here: its memory is free again."""
         g, h = self._seq_bytes(i)
         self.gpu_bytes -= g
         self.host_bytes -= h
+        self.seats -= 1
         self.load -= 1
 
     # ----- decode -----
@@ -83,8 +93,10 @@ class Replica:
         same_bucket = int(self.costs.bucket(mean) - mean) + 1
         return dt, max(1, min(min(v[1] for v in running.values()), same_bucket))
 
-    def advance(self, steps: int) -> None:
-        """The running batch took `steps` decode steps: one token each per step."""
+    def advance(self, steps: int, step_s: float | np.ndarray) -> None:
+        """The running batch took `steps` iterations ending now, of `step_s` seconds each (or of the
+        durations in the array `step_s`): one token each per iteration."""
+        self.book.tokens(np.fromiter(self.running, np.int64, len(self.running)), step_s, steps)
         for i in list(self.running):
             state = self.running[i]
             state[0] += steps
@@ -110,7 +122,16 @@ class Replica:
         else:
             yield self.env.timeout(k * dt)
         self.book.steps(dt, k)
-        self.advance(k)
+        self.advance(k, dt)
+
+    def decode_or_idle(self) -> Generator[simpy.Event, object, None]:
+        """With no prompt to start: decode the running batch until it changes, or wait for an arrival."""
+        if not self.running:
+            if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
+                raise AssertionError("a waiting request does not fit an empty GPU")
+            yield from self.idle()
+            return
+        yield from self.decode_span(interruptible=not self.waiting)
 
     def idle(self) -> Generator[simpy.Event, object, None]:
         if self.wake.triggered:
@@ -134,9 +155,4 @@ class BlockingReplica(Replica):
                 yield self.env.timeout(self.costs.prefill_s(self.requests[i].input_tokens))
                 self.book.first_token(i)
                 self.join_decode(i)
-            if not self.running:
-                if self.waiting:  # cannot happen: an idle GPU admits any request that fits alone
-                    raise AssertionError("a waiting request does not fit an empty GPU")
-                yield from self.idle()
-                continue
-            yield from self.decode_span(interruptible=not self.waiting)
+            yield from self.decode_or_idle()

@@ -1,5 +1,6 @@
-"""What one simulated serving run answers: per-request TTFT, per-token latency and queueing, decode
-iterations, throughput and goodput, and the verdict against SLOs (which p99 broke which limit)."""
+"""What one simulated serving run answers: per-request TTFT, TPOT and queueing, every inter-token gap
+(TBT, sim/serving/token_gaps.py), decode iterations, throughput and goodput, and the verdict against SLOs
+(which statistic broke which limit)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from sim.serving.ledger import Ledger
 from sim.serving.slos import Failure, Slos
+from sim.serving.token_gaps import TokenGaps
 
 __all__ = ["ServingResult"]
 
@@ -36,6 +38,7 @@ class ServingResult:
     stopped_by: str | None = None  # the SLO whose violators stopped the run early
     violators: dict[str, int] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
+    tbt: TokenGaps = field(default_factory=TokenGaps)  # every inter-token gap of every request
 
     @classmethod
     def from_ledger(cls, book: Ledger, scheduler: str) -> ServingResult:
@@ -59,6 +62,7 @@ class ServingResult:
             max_iteration_tokens=book.max_iteration_tokens,
             stopped_by=book.stopped_by,
             violators=dict(book.violators),
+            tbt=book.gap_log.gaps(),
         )
 
     def stats(self, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> dict[str, Any]:
@@ -77,6 +81,9 @@ class ServingResult:
             "ttft_p99_s": _pct(self.ttft_s, 99),
             "tpot_p50_s": _pct(self.tpot_s, 50),
             "tpot_p99_s": _pct(self.tpot_s, 99),
+            "tbt_p50_s": self.tbt.percentile(50),
+            "tbt_p90_s": self.tbt.percentile(90),
+            "tbt_p99_s": self.tbt.percentile(99),
             "queue_p99_s": _pct(self.queue_s, 99) if len(self.queue_s) else None,
             "step_p50_s": _pct(self.step_s, 50),
             "step_p99_s": _pct(self.step_s, 99),
@@ -90,20 +97,24 @@ class ServingResult:
         }
 
     def failures(self, slos: Slos) -> list[Failure]:
-        """The SLOs this run broke (empty: it meets them all), the worst (largest p99 / limit) first."""
+        """The SLOs this run broke (empty: it meets them all), the worst (value / limit) first."""
         n = len(self.ttft_s)
-        values = {"TPOT": self.tpot_s, "TTFT": self.ttft_s, "queueing": self.queue_s}
         out = []
-        for name, limit in slos.limits.items():
-            x = values[name]
+        for name, (limit, pct) in slos.limits.items():
+            count = self.tbt.count if name == "TBT" else n
             if self.stopped_by is not None:
                 if name == self.stopped_by:
-                    out.append(Failure(name, None, limit, self.violators.get(name, 0), n))
+                    out.append(Failure(name, None, limit, self.violators.get(name, 0), count, pct))
                 continue
-            p99 = _pct(x, 99)
-            if p99 is not None and p99 > limit:
-                out.append(Failure(name, p99, limit, int((np.nan_to_num(x) > limit).sum()), n))
-        return sorted(out, key=lambda f: -(f.p99_s or np.inf) / f.limit_s)
+            if name == "TBT":
+                value = self.tbt.percentile(pct)
+                over = self.tbt.count_over(limit)
+            else:
+                x = {"TPOT": self.tpot_s, "TTFT": self.ttft_s, "queueing": self.queue_s}[name]
+                value, over = _pct(x, pct), int((np.nan_to_num(x) > limit).sum())
+            if value is not None and value > limit:
+                out.append(Failure(name, value, limit, over, count, pct))
+        return sorted(out, key=lambda f: -(f.value_s or np.inf) / f.limit_s)
 
     def meets(self, slos: Slos) -> bool:
         return self.stopped_by is None and not self.failures(slos)

@@ -8,15 +8,20 @@ answer cites.
   evaluation/passkey/passkey.py:71-85 (one forward over the prompt, then token by token), rooikeee/FreeKV
   source/freekv/infer_state.py:502-626 (`_prepare_prefill` / `_finish_prefill` around one pass of the
   prompt's q_len tokens), like HF transformers' `generate`. The prefill emits the first token.
+- `prefill-first`: vLLM before chunked prefill (v0.2-v0.3; the baseline of Sarathi-Serve and DistServe):
+  waiting prompts that fit are prefilled together in one prefill-only iteration (up to
+  `max_batched_tokens` prompt tokens and `max_seqs` sequences) while the running batch waits; otherwise
+  a decode iteration (sim/serving/prefill_first.py, with its sources).
 - `chunked`: Sarathi-Serve's stall-free batching, vLLM's default. Every iteration has a token budget
   (`chunk_tokens`, default 512: Sarathi-Serve's and Vidur's chunk size, microsoft/vidur
   vidur/config/config.py:321-324; vLLM's own `max_num_batched_tokens` default is 2048, or 8192 for its
   API server on GPUs of 70 GiB or more, vllm/engine/arg_utils.py EngineArgs.get_batch_defaults): one
   decode token of every running sequence first, then prefill chunks of the admitted prompts in arrival
   order fill the rest (microsoft/vidur vidur/scheduler/replica_scheduler/sarathi_replica_scheduler.py:
-  74-84, 156-181). An iteration costs the decode step of its batch plus what its chunks add
-  (sim/serving/step_costs.py: GEMMs shared with the decode tokens, chunk attention over the prefix;
-  Sarathi-Serve, arXiv 2403.02310). A prompt's last chunk emits its first token.
+  74-84, 156-181). An iteration is priced as one mixed batch (sim/serving/step_costs.py
+  `iteration_s`: token-parallel ops over decode and chunk tokens together, chunk attention over the
+  prefix, the decode step's own attention; Sarathi-Serve, arXiv 2403.02310). A prompt's last chunk emits
+  its first token.
 - `disaggregated`: DistServe (arXiv 2401.09670), Splitwise (arXiv 2311.18677), Mooncake (arXiv
   2407.00079). A prefill pool runs prompts one at a time per GPU (a long prompt alone saturates the GPU's
   compute, so batching prompts adds no throughput: DistServe section 3.1), then the prompt's KV state
@@ -50,9 +55,13 @@ DEFAULT_KV_LINK_GBPS = 50.0
 SCHEDULERS: dict[str, str] = {
     "blocking": "prefill blocks decode: each prompt prefilled alone between decode steps, as the FreeKV, "
     "Quest and ShadowKV code and HF generate run (sim/serving/schedulers.py)",
+    "prefill-first": "vLLM before chunked prefill (v0.2-v0.3): waiting prompts that fit prefilled together "
+    "in one prefill-only iteration while the running batch waits, else a decode iteration "
+    "(sim/serving/prefill_first.py)",
     "chunked": "chunked prefill (Sarathi-Serve, vLLM's default): a token budget per iteration, decode "
-    "tokens first, prefill chunks fill the rest; iteration = decode step + the chunks' GEMM and prefix "
-    "attention cost (sim/serving/step_costs.py, after Vidur's sarathi scheduler)",
+    "tokens first, prefill chunks fill the rest; each iteration priced as one mixed batch: token-parallel "
+    "ops over all its tokens, chunk attention over the prefix, the decode step's attention "
+    "(sim/serving/step_costs.py, after Vidur's execution-time predictor)",
     "disaggregated": "prefill and decode pools (DistServe, Splitwise, Mooncake): one prompt at a time per "
     "prefill GPU, the KV moved whole over the link to a decode GPU with room, continuous batching of "
     "decode only there (sim/serving/schedulers.py)",
@@ -63,19 +72,29 @@ SCHEDULERS: dict[str, str] = {
 class SchedulerSettings:
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     kv_link_gbps: float = DEFAULT_KV_LINK_GBPS
+    max_seqs: int | None = None  # sequences one GPU runs at most (a serving engine's max_num_seqs)
+    max_batched_tokens: int | None = None  # prefill-first: prompt tokens of one prefill iteration at most
 
     def __post_init__(self) -> None:
         if self.chunk_tokens < 1:
             raise SimInputError(f"--chunk-tokens must be a positive token count, got {self.chunk_tokens}")
         if not self.kv_link_gbps > 0:
             raise SimInputError(f"--kv-link-gbps must be a positive GB/s, got {self.kv_link_gbps}")
+        for flag, v in (("--max-seqs", self.max_seqs), ("--max-batched-tokens", self.max_batched_tokens)):
+            if v is not None and v < 1:
+                raise SimInputError(f"{flag} must be a positive count, got {v}")
 
     def text(self, scheduler: str) -> str:
+        parts = []
         if scheduler == "chunked":
-            return f"{self.chunk_tokens} tokens per iteration"
+            parts.append(f"{self.chunk_tokens} tokens per iteration")
+        if scheduler == "prefill-first" and self.max_batched_tokens is not None:
+            parts.append(f"at most {self.max_batched_tokens} prompt tokens per prefill iteration")
         if scheduler == "disaggregated":
-            return f"KV link {self.kv_link_gbps:g} GB/s"
-        return ""
+            parts.append(f"KV link {self.kv_link_gbps:g} GB/s")
+        if self.max_seqs is not None:
+            parts.append(f"at most {self.max_seqs} sequences per GPU")
+        return ", ".join(parts)
 
 
 def check_scheduler(name: str, flag: str = "--scheduler") -> str:

@@ -6,29 +6,38 @@
   admission has already checked it);
 - prefill: the method's prefill of one prompt alone (`SimResult.prefill_s`: dense prefill plus what the
   method adds, e.g. ArkVale's exposed offload);
-- prefill chunk (chunked scheduler): the extra time a prefill chunk of `c` tokens whose first `p` prompt
-  tokens are already in the KV cache adds to an iteration that also decodes `b` sequences, per layer
-  (sim.cost_model roofline primitives), times the layers:
+- mixed iteration (chunked and prefill-first schedulers): one batch of a decode token of each of `b`
+  running sequences and prefill chunks of `c_j` tokens whose first `p_j` prompt tokens are already in the
+  KV cache (C = sum c_j), priced as one batch from the same cost model (sim.cost_model):
 
-      linear(b + c) - linear(b)                       QKV, output, gate+up and down GEMMs: the chunk's
-                                                      tokens join the decode tokens' GEMMs (the weights
-                                                      are read once for both: Sarathi-Serve's
-                                                      piggybacking, arXiv 2403.02310 section 4)
-    + attention(c over p + c keys)                    4 Hq d c (p + (c + 1) / 2) FLOPs (causal within
-                                                      the chunk), reading the prefix's K and V once
+      decode_s(b, ctx) - L * linear(b)        the decode step's own attention, LM head, host sync and
+                                              the method's work, without its token-parallel ops
+    + L * linear(b + C)                       norm, QKV GEMM, RoPE, KV append, output GEMM, residual,
+                                              norm, gate+up GEMM, activation, down GEMM, residual over
+                                              all b + C tokens at once (the weights are read once for
+                                              decode and chunk tokens: Sarathi-Serve's piggybacking,
+                                              arXiv 2403.02310 section 4)
+    + L * sum_j attention(c_j over p_j + c_j) 4 Hq d c (p + (c + 1) / 2) FLOPs each (causal within the
+                                              chunk), reading the prefix's K and V once
+    + lm_head(b + k) - lm_head(b)             the prompts whose last chunk is in the batch (k) sample
+                                              their first token
+    + the method's prefill extras             what its prefill costs beyond dense, by chunk tokens
 
-  plus the method's prefill extras spread over the chunks in proportion to their tokens. Vidur prices
-  the same two parts: linear operators on the iteration's total tokens, chunk attention on the prefix
-  (`kv_cache_size`) and the squared chunk size (microsoft/vidur
-  vidur/execution_time_predictor/sklearn_execution_time_predictor.py:559-570, 754-780, 852-869). Summed
-  over the chunks of a prompt with no decode batch, the chunk costs equal the one-pass prefill up to
-  kernel-launch overheads (tests/sim/test_serving_schedulers.py). The decode step and the chunk are
-  added, not overlapped: a retrieval method's recall transfers could hide behind the chunk's compute,
-  which this conservative sum does not credit;
+  (L layers). `linear(n)` is the decode step's own per-layer price at batch n, so with no chunk this is
+  the decode step itself and with no decode batch the chunks of one prompt sum to its one-pass prefill
+  within kernel-launch overheads (tests/sim/test_serving_schedulers.py). Vidur prices a batch the same
+  way: every token-parallel operator on the batch's total tokens, decode attention on the decode batch
+  and its mean KV, prefill attention on the chunks' prefixes and squared chunk sizes, summed per layer
+  (microsoft/vidur vidur/execution_time_predictor/sklearn_execution_time_predictor.py:782-809 (linear
+  operators on `_total_num_tokens_rounded`), 836-869 (decode and prefill attention), 559-570 (the
+  prefill attention model's features); vidur/entities/execution_time.py:60-94). What is not credited:
+  a retrieval method's recall transfers hiding behind the chunk's extra compute;
 - memory per sequence: the method's GPU and host bytes at the sequence's final context (sim.memory).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -120,22 +129,18 @@ class StepCosts:
             self._prefill[input_tokens] = float(run_simulation(cfg, self.demand, self.seed).prefill_s)
         return self._prefill[input_tokens]
 
-    # ----- chunked prefill (module docstring) -----
+    # ----- mixed iterations: decode tokens and prefill chunks in one batch (module docstring) -----
     def _linear_s(self, tokens: int) -> float:
-        """QKV, output and FFN GEMMs of one layer over `tokens` tokens (0 tokens: nothing)."""
+        """One layer's token-parallel ops over `tokens` tokens, as the decode step prices them at that
+        batch (sim.cost_model: norm, QKV GEMM, RoPE, KV append; output GEMM, residual; norm, gate+up GEMM,
+        activation, down GEMM, residual); 0 for no tokens."""
         if tokens not in self._linear:
-            if tokens == 0:
-                self._linear[0] = 0.0
-            else:
-                c, m = self.cost, self.cost.model
-                d = m.head_dim
-                self._linear[tokens] = (
-                    c.gemm_s(tokens, m.hidden_size, (m.n_qo_heads + 2 * m.n_kv_heads) * d)
-                    + c.gemm_s(tokens, m.n_qo_heads * d, m.hidden_size)
-                    + c.gemm_s(tokens, m.hidden_size, 2 * m.ffn_size)
-                    + c.gemm_s(tokens, m.ffn_size, m.hidden_size)
-                )
+            c = replace(self.cost, batch=tokens)
+            self._linear[tokens] = 0.0 if tokens == 0 else c.qkv_s() + c.out_proj_s() + c.ffn_s()
         return self._linear[tokens]
+
+    def _lm_head_s(self, tokens: int) -> float:
+        return 0.0 if tokens == 0 else replace(self.cost, batch=tokens).lm_head_s()
 
     def _chunk_attention_s(self, chunk_tokens: int, prefix_tokens: int | np.ndarray):
         """One layer's attention of a chunk over its prefix and itself (causal within the chunk); prefix
@@ -155,24 +160,47 @@ class StepCosts:
             self._extra_per_token[input_tokens] = extra / input_tokens
         return self._extra_per_token[input_tokens]
 
-    def chunks_s(self, chunks: list[tuple[int, int, int]], decode_batch: int) -> float:
-        """What prefill chunks add to an iteration decoding `decode_batch` sequences: chunks as
-        (chunk tokens, prefix tokens already prefilled, the prompt's input tokens)."""
-        total = sum(c for c, _, _ in chunks)
-        if total == 0:
+    def _decode_rest_s(self, decode_batch: int, mean_context: float) -> float:
+        """The decode step of `decode_batch` sequences less its token-parallel ops: its attention, LM
+        head, host sync and the method's own work (0 without decode)."""
+        if decode_batch == 0:
             return 0.0
+        linear = self.cost.model.n_layers * self._linear_s(decode_batch)
+        return self.decode_s(decode_batch, mean_context) - linear
+
+    def iteration_s(
+        self, decode_batch: int, mean_context: float, chunks: list[tuple[int, int, int]]
+    ) -> float:
+        """One iteration: a decode token of each of `decode_batch` sequences at `mean_context` and the
+        prefill chunks `chunks` as (chunk tokens, prefix tokens already prefilled, the prompt's input
+        tokens), priced as one batch (module docstring)."""
+        b, total = decode_batch, sum(c for c, _, _ in chunks)
+        if total == 0:
+            return self.decode_s(b, mean_context) if b else 0.0
+        finishing = sum(1 for c, p, n in chunks if p + c >= n)
         layers = self.cost.model.n_layers
-        linear = self._linear_s(decode_batch + total) - self._linear_s(decode_batch)
         attention = sum(self._chunk_attention_s(c, p) for c, p, _ in chunks)
         extra = sum(c * self._extra_s_per_token(n) for c, _, n in chunks)
-        return layers * (linear + attention) + extra
+        return (
+            self._decode_rest_s(b, mean_context)
+            + layers * (self._linear_s(b + total) + attention)
+            + self._lm_head_s(b + finishing) - self._lm_head_s(b)
+            + extra
+        )
 
     def chunk_span_s(
-        self, chunk_tokens: int, prefixes: np.ndarray, input_tokens: int, decode_batch: int
+        self,
+        chunk_tokens: int,
+        prefixes: np.ndarray,
+        input_tokens: int,
+        decode_batch: int,
+        mean_context: float,
     ) -> np.ndarray:
-        """`chunks_s` of one chunk of `chunk_tokens` at each of `prefixes`, vectorised."""
+        """`iteration_s` of iterations each carrying one chunk of `chunk_tokens` (not the prompt's last) at
+        each of `prefixes`, beside the same decode batch, vectorised."""
         layers = self.cost.model.n_layers
-        linear = self._linear_s(decode_batch + chunk_tokens) - self._linear_s(decode_batch)
         attention = self._chunk_attention_s(chunk_tokens, np.asarray(prefixes))
-        extra = chunk_tokens * self._extra_s_per_token(input_tokens)
-        return layers * (linear + attention) + extra
+        fixed = self._decode_rest_s(decode_batch, mean_context) + layers * self._linear_s(
+            decode_batch + chunk_tokens
+        )
+        return fixed + layers * attention + chunk_tokens * self._extra_s_per_token(input_tokens)

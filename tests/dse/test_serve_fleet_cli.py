@@ -98,7 +98,7 @@ def test_nothing_meets_names_the_slo_and_by_how_much(tmp_path: Path) -> None:
     assert [r["scheduler"] for r in rows] == ["blocking", "chunked"]
     for r in rows:
         assert r["rate_per_s"] == 0 and r["failures"][0]["slo"] == "TPOT"
-        assert r["failures"][0]["p99_s"] > r["failures"][0]["limit_s"] == 0.001
+        assert r["failures"][0]["value_s"] > r["failures"][0]["limit_s"] == 0.001
 
 
 def test_fleet_that_cannot_meet_the_per_token_slo(tmp_path: Path) -> None:
@@ -146,6 +146,41 @@ def test_fixed_rate_on_a_disaggregated_fleet(tmp_path: Path) -> None:
     assert "25 GB/s" in payload["schedulers"]["disaggregated"]
 
 
+def test_a_tbt_slo_on_a_vllm_style_gpu(tmp_path: Path) -> None:
+    out = _run(
+        [
+            *BASE,
+            "--scheduler",
+            "prefill-first,chunked",
+            "--max-seqs",
+            "16",
+            "--max-batched-tokens",
+            "16384",
+            "--token-slo-stat",
+            "tbt-p99",
+            "--tpot-slo-ms",
+            "30",
+            "--arrival-rate",
+            "3",
+            "--n-requests",
+            "30",
+            "--json",
+            str(tmp_path / "t.json"),
+        ]
+    )
+    assert "inter-token (TBT)" in out
+    payload = json.loads((tmp_path / "t.json").read_text())
+    slos = payload["slos"]
+    assert slos["token_slo_stat"] == "tbt-p99" and "p99 inter-token (TBT) <= 30 ms" in slos["text"]
+    assert "16 sequences per GPU" in payload["schedulers"]["prefill-first"]
+    first, chunked = payload["results"]
+    # prefill-first stalls the decode batch for whole prompts; chunked prefill spreads them
+    assert first["stats"]["tbt_p99_s"] > chunked["stats"]["tbt_p99_s"]
+    assert first["stats"]["max_batch"] <= 16 and chunked["stats"]["max_batch"] <= 16
+    failed = [f for r in payload["results"] for f in r["failures"]]
+    assert all(f["slo"] == "TBT" for f in failed if f["slo"] not in ("TTFT", "queueing"))
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -158,6 +193,9 @@ def test_fixed_rate_on_a_disaggregated_fleet(tmp_path: Path) -> None:
         (["--chunk-tokens", "0"], "--chunk-tokens"),
         (["--kv-link-gbps", "0"], "--kv-link-gbps"),
         (["--seeds", "0", "--target-rate", "1"], "--seeds"),
+        (["--token-slo-stat", "tbt-p95"], "--token-slo-stat"),
+        (["--max-seqs", "0"], "--max-seqs"),
+        (["--max-batched-tokens", "0"], "--max-batched-tokens"),
     ],
 )
 def test_bad_input_exits_2(args: list[str], says: str, capsys, tmp_path: Path, monkeypatch) -> None:
@@ -189,4 +227,4 @@ def test_fleet_cap_reached_names_the_ttft_p99(tmp_path: Path) -> None:
     )
     assert "no fleet of up to 3 GPUs meets the SLOs: p99 TTFT" in out and "x the limit" in out
     row = json.loads((tmp_path / "c.json").read_text())["results"][0]
-    assert not row["meets"] and row["failures"][0]["slo"] == "TTFT" and row["failures"][0]["p99_s"] > 0.01
+    assert not row["meets"] and row["failures"][0]["slo"] == "TTFT" and row["failures"][0]["value_s"] > 0.01

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sim import SimConfig, SimInputError, synthetic_demand
-from sim.serving import Request, StepCosts, load_requests, max_rate, poisson_requests, serve
+from sim.serving import Request, Slos, StepCosts, load_requests, max_rate, poisson_requests, serve
 
 MODEL = "llama-3.1-8b"
 
@@ -79,7 +79,7 @@ def test_rate_search_brackets_the_slo() -> None:
     def run_at(rate):
         return serve(poisson_requests(rate, 40, 8192, 64, seed=0), costs)
 
-    found = max_rate(run_at, ttft_slo_s=3.0, tpot_slo_s=0.05)
+    found = max_rate(run_at, Slos(0.05, 3.0))
     assert found.rate_per_s > 0
     assert found.stats["ttft_p99_s"] <= 3.0 and found.stats["tpot_p99_s"] <= 0.05
     failing = [r for r, ok in found.tried.items() if not ok and r > found.rate_per_s]

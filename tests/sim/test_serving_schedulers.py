@@ -5,6 +5,8 @@ grows with the rate, and verdicts name the SLO that broke."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -55,20 +57,40 @@ def test_chunked_iterations_never_exceed_the_token_budget(h100_dense: StepCosts)
         assert np.all(np.isfinite(res.finish_s))
 
 
-def test_chunk_costs_sum_to_the_one_pass_prefill(h100_dense: StepCosts) -> None:
+def test_mixed_iteration_matches_a_hand_calculation(h100_dense: StepCosts) -> None:
+    # 4 sequences decoding at 4096 tokens and the last chunk (512 tokens after 1536) of a 2048-token prompt
+    c, layers = h100_dense.cost, h100_dense.cost.model.n_layers
+    m, d = c.model, c.model.head_dim
+
+    def linear(tokens: int) -> float:  # the decode step's own per-layer price of its token-parallel ops
+        at = replace(c, batch=tokens)
+        return at.qkv_s() + at.out_proj_s() + at.ffn_s()
+
+    flops = 4.0 * m.n_qo_heads * d * 512 * (1536 + 513 / 2)
+    n_bytes = ((1536 + 512) * 2 * m.n_kv_heads + 2 * 512 * m.n_qo_heads) * d * 2
+    attention = max(flops / c.flops_per_s, n_bytes / c.hbm_bytes_per_s) + c.profile.gpu.kernel_launch_s
+    head = replace(c, batch=5).lm_head_s() - replace(c, batch=4).lm_head_s()
+    hand = h100_dense.decode_s(4, 4096) + layers * (linear(516) - linear(4) + attention) + head
+    assert h100_dense.iteration_s(4, 4096, [(512, 1536, 2048)]) == pytest.approx(hand, rel=1e-12)
+    # no chunk: the decode step itself; the chunk rides on the decode's weight reads (piggybacking)
+    assert h100_dense.iteration_s(4, 4096, []) == h100_dense.decode_s(4, 4096)
+    alone = h100_dense.iteration_s(0, 0.0, [(512, 1536, 2048)])
+    mixed = h100_dense.iteration_s(4, 4096, [(512, 1536, 2048)])
+    assert max(alone, h100_dense.decode_s(4, 4096)) < mixed < alone + h100_dense.decode_s(4, 4096)
+
+
+def test_chunks_of_a_prompt_cost_a_little_more_than_one_pass(h100_dense: StepCosts) -> None:
     n, total, done = 8192, 0.0, 0
     while done < n:
-        c = min(512, n - done)
-        total += h100_dense.chunks_s([(c, done, n)], 0)
-        done += c
-    assert total == pytest.approx(h100_dense.prefill_s(n), rel=0.05)
-    # a chunk added to a decode batch shares its weight reads: it costs less than alone
-    assert h100_dense.chunks_s([(512, 4096, n)], 8) < h100_dense.chunks_s([(512, 4096, n)], 0)
-
-
-def test_chunked_alone_ttft_is_its_chunked_prefill(h100_dense: StepCosts) -> None:
-    res = simulate([Request(1.0, 8192, 16)], h100_dense, "chunked")
-    assert res.ttft_s[0] == pytest.approx(h100_dense.prefill_s(8192), rel=0.05)
+        k = min(512, n - done)
+        total += h100_dense.iteration_s(0, 0.0, [(k, done, n)])
+        done += k
+    one_pass = h100_dense.iteration_s(0, 0.0, [(n, 0, n)])
+    # Sarathi-Serve measured 512-token chunks at 1.0-1.19x the one-pass prefill for 2K-16K prompts
+    # (microsoft/sarathi-serve osdi-experiments/figure-9/chunking-overhead.csv at commit ceaa066)
+    assert one_pass < total < 1.2 * one_pass
+    res = simulate([Request(1.0, n, 16)], h100_dense, "chunked")
+    assert res.ttft_s[0] == pytest.approx(total, rel=1e-12)
 
 
 def test_disaggregated_ttft_includes_the_kv_transfer(h100_dense: StepCosts) -> None:
@@ -110,7 +132,7 @@ def test_same_inputs_same_result(h100_dense: StepCosts) -> None:
 
 
 def test_fewest_gpus_grows_with_the_rate(h100_dense: StepCosts) -> None:
-    slos = Slos(tpot_s=0.03, ttft_s=2.0)
+    slos = Slos(token_s=0.03, ttft_s=2.0)
     totals = []
     for rate in (1.0, 3.0, 6.0):
         ans = fewest_gpus(h100_dense, "chunked", rate, 8192, 64, slos, seeds=(0,), n_requests=60)
@@ -133,11 +155,11 @@ def test_disaggregated_answer_counts_both_pools(h100_dense: StepCosts) -> None:
 
 def test_verdict_names_the_broken_slo(h100_dense: StepCosts) -> None:
     res = simulate(poisson_requests(2.0, 30, 8192, 64, seed=0), h100_dense)
-    slos = Slos(tpot_s=0.001, ttft_s=100.0)
+    slos = Slos(token_s=0.001, ttft_s=100.0)
     fails = res.failures(slos)
-    assert [f.slo for f in fails] == ["TPOT"] and fails[0].p99_s > 0.001
+    assert [f.slo for f in fails] == ["TPOT"] and fails[0].value_s > 0.001
     assert "per-token" in fails[0].text() and "> 1 ms" in fails[0].text()
-    found = max_rate(lambda r: simulate(poisson_requests(r, 20, 8192, 64, 0), h100_dense), None, 0.001)
+    found = max_rate(lambda r: simulate(poisson_requests(r, 20, 8192, 64, 0), h100_dense), Slos(0.001))
     assert found.rate_per_s == 0 and found.failures and found.failures[0].slo == "TPOT"
 
 

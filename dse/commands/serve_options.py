@@ -1,0 +1,83 @@
+"""The SLO and scheduler options of `dse serve` (sim/serving/slos.py, sim/serving/schedulers.py): which
+per-token statistic the SLO binds, the schedulers and their settings, the router."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from dse.commands.number_types import number
+from sim.serving.slos import TOKEN_STATS
+from traces.numbers import MILLISECONDS, SECONDS, TOKENS, Range
+
+__all__ = ["slo_options", "scheduler_options"]
+
+SEQS = Range(1, 1 << 16, integer=True, unit="sequences", why="at most 65536 per GPU")
+LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
+
+
+def _apply(command: Callable, options: list[Callable]) -> Callable:
+    """Decorate `command` with `options` as if written top to bottom above it."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def slo_options(command: Callable) -> Callable:
+    """--ttft-slo-s, --tpot-slo-ms, --token-slo-stat, --queue-slo-s."""
+    return _apply(command, [
+        click.option(
+            "--ttft-slo-s", type=number(SECONDS), default=None,
+            help="p99 time-to-first-token SLO, seconds [none: the fleet must only keep up, --queue-slo-s]",
+        ),
+        click.option(
+            "--tpot-slo-ms", type=number(MILLISECONDS), default=50.0, show_default=True,
+            help="per-token latency SLO, milliseconds, on the statistic --token-slo-stat",
+        ),
+        click.option(
+            "--token-slo-stat", type=click.Choice(list(TOKEN_STATS)), default="tpot-p99", show_default=True,
+            help="what --tpot-slo-ms binds: tpot-p99 = p99 over requests of a request's mean time per output "
+            "token (DistServe, Vidur); tbt-pN = the N-th percentile over every gap between two tokens of "
+            "every request (Sarathi-Serve's capacity criterion at p99: a prefill stall counts in full)",
+        ),
+        click.option(
+            "--queue-slo-s", type=number(SECONDS), default=5.0, show_default=True,
+            help="without --ttft-slo-s: p99 queueing delay a fleet that keeps up stays under (Vidur's "
+            "capacity-search bound)",
+        ),
+    ])
+
+
+def scheduler_options(command: Callable) -> Callable:
+    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens."""
+    return _apply(command, [
+        click.option(
+            "--scheduler", "schedulers", default="blocking,chunked,disaggregated", show_default=True,
+            help="comma-separated: blocking (prefill blocks decode, as the research runtimes run), "
+            "prefill-first (vLLM v0.2-v0.3: waiting prompts prefilled together, decode waits), "
+            "chunked (Sarathi-Serve / vLLM chunked prefill), disaggregated (prefill and decode pools)",
+        ),
+        click.option(
+            "--router", type=click.Choice(["least-loaded", "round-robin"]), default="least-loaded",
+            show_default=True, help="how a fleet routes requests (and prefilled KV) to its GPUs",
+        ),
+        click.option(
+            "--chunk-tokens", type=number(TOKENS), default=512, show_default=True,
+            help="chunked: tokens per iteration (decode + prefill chunks; Sarathi-Serve's and Vidur's 512)",
+        ),
+        click.option(
+            "--kv-link-gbps", type=number(LINK_GBPS), default=50.0, show_default=True,
+            help="disaggregated: GB/s of the KV transfer from a prefill to a decode GPU (one 400 Gb/s "
+            "InfiniBand NIC per GPU)",
+        ),
+        click.option(
+            "--max-seqs", type=number(SEQS), default=None,
+            help="sequences one GPU runs at most, as a serving engine's max_num_seqs [none: memory alone]",
+        ),
+        click.option(
+            "--max-batched-tokens", type=number(TOKENS), default=None,
+            help="prefill-first: prompt tokens one prefill iteration takes at most, vLLM's "
+            "max_num_batched_tokens [none: memory alone]",
+        ),
+    ])
