@@ -174,6 +174,23 @@ UNPREDICTED = (
         "the batching-throughput setting (which batch fills memory at which context and budget) was not read",
     ),
     UnpredictedClaim(
+        "quest",
+        "Quest (arXiv 2406.10774), abstract and Sec. 4.3.2; mit-han-lab/Quest README.md:17, :102",
+        "We show that Quest can achieve up to 7.03x self-attention speedup, which reduces inference latency "
+        "by 2.23x while performing well on tasks with long dependencies with negligible accuracy loss.",
+        "the 2.23x end to end is LongChat-7B-v1.5-32K with 4-bit AWQ weights, 32K context, budget 2048 "
+        "(the FP16 figure, 1.74x, and the 7.03x are rows above)",
+        "the cost model has no weight quantisation",
+    ),
+    UnpredictedClaim(
+        "quest",
+        "mit-han-lab/Quest README.md:126 (scripts/example_demo.py)",
+        "The above demo is an example with 32K input on FP16 LongChat-7B-v1.5-32K. Quest with 2048 token "
+        "budget achieves 1.7x speedup compared to full cache FlashInfer version.",
+        "the FP16 end-to-end setting of the 1.74x row (Sec. 4.3.2); the demo's GPU is not stated",
+        "the same setting as the row quest/e2e/32k/fp16 (not counted again)",
+    ),
+    UnpredictedClaim(
         "shadowkv",
         "ShadowKV (arXiv 2410.21465), abstract",
         "... we demonstrate that it can support up to 6x larger batch sizes and boost throughput by up to "
