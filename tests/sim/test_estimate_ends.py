@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from sim import SimConfig, synthetic_demand
-from traces import catalogue
 from sim.estimate_ends import end_configs, estimate_spread, method_estimate_ranges
 from sim.methods.infinigen import published_cpu_gather_s
 from sim.software import (
@@ -20,6 +19,7 @@ from sim.software import (
     list_software,
     load_software,
 )
+from traces import catalogue
 
 MODEL = "llama-3.1-8b"
 
