@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_sim_published import SHADOWKV_INFINITE_BATCH, SHADOWKV_PUBLISHED  # noqa: E402
+from validate_sim_published import SHADOWKV_INFINITE_BATCH, SHADOWKV_PUBLISHED, UNPREDICTED  # noqa: E402
 from validate_sim_rows import Row, all_rows, authors_infinite_batch  # noqa: E402
 
 from sim.validation_bands import BANDS, BANDS_FILE, build_document, dump_document  # noqa: E402
@@ -53,11 +53,15 @@ __all__ = [
     "method_groups",
     "print_infinite_batch_check",
     "print_tallies",
+    "print_unpredicted",
+    "RETRIEVAL_PEERS",
     "tallies",
     "tally_groups",
 ]
 
 MODES = ("as-published", "ideal")
+# the retrieval methods the simulator compares FreeKV with, each checked against its own published numbers
+RETRIEVAL_PEERS = ("quest", "arkvale", "shadowkv", "infinigen", "clusterkv")
 # the published tables under the names this script has always had (tests/sim/test_validate_sim.py)
 _SHADOWKV_PUBLISHED = SHADOWKV_PUBLISHED
 _SHADOWKV_INFINITE_BATCH = SHADOWKV_INFINITE_BATCH
@@ -125,6 +129,20 @@ def print_infinite_batch_check() -> None:
         f"{len(figures)} infinite-batch figures (largest difference {100 * worst:.3f}%): the column is the "
         "authors' arithmetic, so its finite-batch figures are tallied as projections."
     )
+
+
+def print_unpredicted(results: list[dict]) -> None:
+    """The peers' published numbers that no row predicts, with the reason, and each retrieval peer's count
+    of predicted measured rows against the numbers found (validate_sim_published.UNPREDICTED)."""
+    print(f"published numbers no row predicts ({len(UNPREDICTED)}):")
+    for claim in UNPREDICTED:
+        print(f"  {claim.method}: {claim.source}\n    \"{claim.sentence}\"\n    setup:  {claim.setup}"
+              f"\n    why not: {claim.reason}")
+    print("\nretrieval peers, predicted measured rows / published numbers found:")
+    for method in RETRIEVAL_PEERS:
+        rows = sum(1 for r in results if r["row"].method == method and r["row"].measured)
+        other = sum(1 for c in UNPREDICTED if c.method == method)
+        print(f"  {method:>10}: {rows} rows predicted, {other} numbers not predicted")
 
 
 def band_records(results: list[dict]) -> list[dict]:
@@ -201,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper method, measured rows:")
     for method, group in method_groups(results):
         print_tallies(f"  {method}", group, modes)
+    if not args.only:
+        print()
+        print_unpredicted(results)
     if args.write_bands is not None:
         atomic_write_text(Path(args.write_bands), dump_document(bands_document(results)))
         print(f"\nvalidation bands written to {args.write_bands}")

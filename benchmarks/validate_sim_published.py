@@ -4,6 +4,8 @@ Data only; benchmarks/validate_sim_rows.py says how the simulator predicts each 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
     "ARKVALE_MAX_SPEEDUP",
     "ARKVALE_MEAN_SPEEDUP",
@@ -15,6 +17,9 @@ __all__ = [
     "SHADOWKV_INFINITE_BATCH",
     "SHADOWKV_TARGET_MODELS",
     "SHADOWKV_PUBLISHED",
+    "SHADOWKV_SVD_64K_S",
+    "UNPREDICTED",
+    "UnpredictedClaim",
 ]
 
 # ----- ShadowKV (Sun et al., arXiv 2410.21465, Table "Generation throughput (tokens/s) on an A100") -----
@@ -84,3 +89,114 @@ ARKVALE_RECALLS = {512: 6.1, 1024: 8.6, 2048: 10.2, 4096: 5.4}
 
 ARKVALE_MAX_SPEEDUP = 2.2  # Sec. 6.5, Fig. 9a: "up to 2.2x"
 ARKVALE_MEAN_SPEEDUP = 1.7  # Sec. 6.5, Fig. 9a: "1.7x in average"
+
+# ----- ShadowKV, the SVD of one layer's keys at prefill -----
+# The paper's appendix Table 12 "reports 17.19ms for 64K" for the SVD (quoted in ByteDance-Seed/ShadowKV issue
+# #13, 2025-08-29, which measures torch.svd against torch.linalg.svd drivers at that shape): taken as one
+# layer's torch.svd of the (65536 x 1024) fp32 pre-RoPE key matrix of Llama-3-8B-1M at batch 1 on the paper's
+# A100 (models/kv_cache.py:480-499); the table itself was not read here, so the shape is inferred.
+SHADOWKV_SVD_64K_S = 17.19e-3
+
+
+@dataclass(frozen=True)
+class UnpredictedClaim:
+    """A published latency/throughput number of a peer that no validation row predicts, and why."""
+
+    method: str
+    source: str
+    sentence: str  # the sentence it is in (as read; paraphrases say so)
+    setup: str
+    reason: str
+
+
+UNPREDICTED = (
+    UnpredictedClaim(
+        "infinigen",
+        "InfiniGen (Lee et al., OSDI 2024, arXiv 2406.19707v1), abstract",
+        "Our evaluation on several representative LLMs shows that InfiniGen improves the overall performance "
+        "of a modern offloading-based system by up to 3.00x compared to prior KV cache management methods",
+        "not stated with the claim; the speedup experiments (Sec. 6, Fig. 14-16; speedup/scripts of "
+        "snu-comparch/InfiniGen) run OPT-6.7B/13B/30B on FlexGen, RTX A6000 48GB, Xeon Gold 6136 with "
+        "96GB DDR4-2666, PCIe 3.0 x16, 1920 prompt + 128 generated tokens, batch 4-20",
+        "the prior methods are H2O and 4-bit KV quantisation implemented on FlexGen: the simulator has no KV "
+        "quantisation and prices H2O in an HF decoder, not FlexGen's loop; which setting gives 3.00x is not "
+        "stated",
+    ),
+    UnpredictedClaim(
+        "infinigen",
+        "InfiniGen (arXiv 2406.19707v1), Sec. 6.2, Fig. 14",
+        "InfiniGen achieves 1.63x-32.93x speedups over the baselines.",
+        "OPT-13B, batch 20, 1920 prompt + 128 generated tokens, KV cache in host memory "
+        "(speedup/scripts/figure14/run.sh: --percent 100 0 0 100 100 0 --overlap false; InfiniGen --alpha 4 "
+        "--partial-weight-ratio 0.2 --max-num-kv 400), RTX A6000, PCIe 3.0 x16; baselines UVM, UVM + H2O, "
+        "FlexGen, FlexGen + INT4, FlexGen + H2O",
+        "the range spans five baselines, none of which the simulator runs as there (CUDA UVM paging, INT4 "
+        "KV, FlexGen's own offload loop); the text does not say which baseline gives 1.63x",
+    ),
+    UnpredictedClaim(
+        "infinigen",
+        "InfiniGen (arXiv 2406.19707v1), Sec. 6.3, Fig. 16b (placement inferred from the scripts)",
+        "Even so, InfiniGen shows a 1.34x speedup over FlexGen, while others ... (a fragment quoted from "
+        "arxiv.org/html/2406.19707v1 in a public notes file; the full sentence was not read)",
+        "figure16b/run.sh: OPT-6.7B/13B/30B, batch 4, 1920 + 128 tokens; OPT-30B keeps 30% of its weights "
+        "in host memory (--percent 70 30 0 100 100 0)",
+        "the simulator keeps all weights on the GPU (no weight offloading), and the model the figure is for "
+        "is inferred, not read",
+    ),
+    UnpredictedClaim(
+        "infinigen",
+        "InfiniGen (arXiv 2406.19707v1), Sec. 6.4, Fig. 18 (latency breakdown of a Transformer block)",
+        "InfiniGen is 1.52x slower than Ideal while the other methods are 3.90x-18.55x slower (a paraphrase "
+        "of page 13 by a public notes file; the exact wording was not read)",
+        "not read (model, batch and sequence of Fig. 18)",
+        "the setup is unknown and 'Ideal' (the whole KV cache on the GPU in FlexGen) is FlexGen's runtime, "
+        "which the simulator does not model",
+    ),
+    UnpredictedClaim(
+        "clusterkv",
+        "ClusterKV (Liu et al., DAC 2025, arXiv 2412.03213), abstract",
+        "Experiment results show that ClusterKV attains negligible accuracy loss across various tasks with "
+        "32k context lengths, using only a 1k to 2k KV cache budget, and achieves up to a 2x speedup in "
+        "latency and a 2.5x improvement in decoding throughput.",
+        "32K context, budget 1K-2K; GPU, model, batch size and whether the KV cache was offloaded are not "
+        "stated in the text read (the code's efficiency/bench_textgen.py defaults: Llama-3-8B-Instruct fp16, "
+        "batch 1, sink 16, window 320, 200 clusters, --offload optional)",
+        "the GPU, batch and offload setting of both figures are not in the text available (the paper's "
+        "efficiency section was not readable here)",
+    ),
+    UnpredictedClaim(
+        "arkvale",
+        "ArkVale (Chen et al., NeurIPS 2024), abstract",
+        "... can improve decoding latency to 2.2x and batching throughput to 4.6x because it applies "
+        "attention on only a small subset of pages ...",
+        "LongChat-7B-v1.5-32K, A100 80GB PCIe (Sec. 6.5); the batch sizes and contexts of the throughput "
+        "experiment are not in the text read (the latency half, 2.2x, is a row above)",
+        "the batching-throughput setting (which batch fills memory at which context and budget) was not read",
+    ),
+    UnpredictedClaim(
+        "quest",
+        "Quest (arXiv 2406.10774), abstract and Sec. 4.3.2; mit-han-lab/Quest README.md:17, :102",
+        "We show that Quest can achieve up to 7.03x self-attention speedup, which reduces inference latency "
+        "by 2.23x while performing well on tasks with long dependencies with negligible accuracy loss.",
+        "the 2.23x end to end is LongChat-7B-v1.5-32K with 4-bit AWQ weights, 32K context, budget 2048 "
+        "(the FP16 figure, 1.74x, and the 7.03x are rows above)",
+        "the cost model has no weight quantisation",
+    ),
+    UnpredictedClaim(
+        "quest",
+        "mit-han-lab/Quest README.md:126 (scripts/example_demo.py)",
+        "The above demo is an example with 32K input on FP16 LongChat-7B-v1.5-32K. Quest with 2048 token "
+        "budget achieves 1.7x speedup compared to full cache FlashInfer version.",
+        "the FP16 end-to-end setting of the 1.74x row (Sec. 4.3.2); the demo's GPU is not stated",
+        "the same setting as the row quest/e2e/32k/fp16 (not counted again)",
+    ),
+    UnpredictedClaim(
+        "shadowkv",
+        "ShadowKV (arXiv 2410.21465), abstract",
+        "... we demonstrate that it can support up to 6x larger batch sizes and boost throughput by up to "
+        "3.04x on an A100 GPU without sacrificing accuracy ...",
+        "the throughput table: Llama-3.1-8B at 122K, ShadowKV batch 24 against full attention batch 4 "
+        "(245.90 / 80.78 = 3.04; 6x = 48 / 8 or 24 / 4)",
+        "derived from two rows above (not counted again)",
+    ),
+)

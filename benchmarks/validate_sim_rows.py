@@ -20,6 +20,7 @@ from validate_sim_published import (
     SHADOWKV_BATCHES,
     SHADOWKV_BUDGET,
     SHADOWKV_PUBLISHED,
+    SHADOWKV_SVD_64K_S,
     SHADOWKV_TARGET_MODELS,
 )
 
@@ -163,6 +164,28 @@ def _shadowkv_cell_rows(model: str, ctx_k: int, published: tuple[float, float, f
     ]
 
 
+def _shadowkv_svd_s(mode: str) -> float:
+    """One layer's SVD at prefill (the model's prefill_svd over its sparse layers), batch 1, 64K prompt."""
+    cfg = _shadowkv_cfg("llama-3-8b-1m", 60, "shadowkv", 1, mode).replace(input_tokens=65536, output_tokens=4)
+    res = run_simulation(cfg, _synthetic(_SHADOWKV_DEMAND, "llama-3-8b-1m"))
+    return float(res.prefill_breakdown_s["prefill_svd"]) / get_model("llama-3-8b-1m").n_layers
+
+
+def _shadowkv_svd_row() -> Row:
+    return Row(
+        "shadowkv/svd/64k",
+        "ShadowKV (arXiv 2410.21465) appendix Table 12, as quoted in ByteDance-Seed/ShadowKV issue #13",
+        "Llama-3-8B-1M keys, A100: torch.svd of one layer's (65536 x 1024) fp32 pre-RoPE key matrix, batch 1 "
+        "(shape inferred: the table was not read here)",
+        "s",
+        SHADOWKV_SVD_64K_S,
+        _shadowkv_svd_s,
+        "the model's SVD rate is the estimate svd_flops_fraction (0.01 of the FP16 peak, range 0.003-0.1)",
+        named=False,
+        method="shadowkv",
+    )
+
+
 # ----- Quest (Tang et al., ICML 2024, arXiv 2406.10774) -----
 def _quest_cfg(model: str, hardware: str, dense_layers: tuple[int, ...], mode: str) -> SimConfig:
     return SimConfig(
@@ -292,4 +315,4 @@ def _arkvale_rows() -> list[Row]:
 
 def all_rows() -> list[Row]:
     """Every validation row, in table order."""
-    return _shadowkv_rows() + _quest_rows() + _arkvale_rows()
+    return _shadowkv_rows() + [_shadowkv_svd_row()] + _quest_rows() + _arkvale_rows()

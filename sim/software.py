@@ -71,11 +71,13 @@ SOFTWARE_FIELDS: dict[str, str] = {
     "torch_gather_row_s": "host time per scattered row (<= 256 B) gathered by torch indexing on the host",
     "host_copy_s_per_gb": "host time per GB of a contiguous host-to-host copy (memcpy / tensor.copy_)",
     "python_list_elem_s": "host time per element of a Python list turned into a tensor (torch.tensor(list))",
+    "managed_page_fault_s": "one fault on cudaMallocManaged memory last touched by the other processor "
+    "(the page migrates), on the side that touches it",
 }
 
 
 # fields added after the first profiles: a file without them takes the default shipped profile's entry
-LATER_FIELDS = ("torch_gather_row_s", "host_copy_s_per_gb", "python_list_elem_s")
+LATER_FIELDS = ("torch_gather_row_s", "host_copy_s_per_gb", "python_list_elem_s", "managed_page_fault_s")
 
 
 class SoftwareError(SimInputError):
@@ -106,6 +108,7 @@ class SoftwareProfile:
     torch_gather_row_s: float
     host_copy_s_per_gb: float
     python_list_elem_s: float
+    managed_page_fault_s: float
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 

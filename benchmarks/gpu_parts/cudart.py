@@ -63,6 +63,18 @@ class Cudart:
             self.lib.cudaGetErrorString.restype = ctypes.c_char_p
             raise CudaError(f"{what} returned {code}: {self.lib.cudaGetErrorString(code).decode()}")
 
+    def malloc_managed(self, n_bytes: int) -> int:
+        """cudaMallocManaged(n_bytes, cudaMemAttachGlobal): the address, to free with `free`."""
+        ptr = ctypes.c_void_p()
+        out_ptr = ctypes.POINTER(ctypes.c_void_p)
+        self.lib.cudaMallocManaged.argtypes = [out_ptr, ctypes.c_size_t, ctypes.c_uint]
+        self._check(self.lib.cudaMallocManaged(ctypes.byref(ptr), n_bytes, 1), "cudaMallocManaged")
+        return int(ptr.value or 0)
+
+    def free(self, ptr: int) -> None:
+        self.lib.cudaFree.argtypes = [ctypes.c_void_p]
+        self._check(self.lib.cudaFree(ctypes.c_void_p(ptr)), "cudaFree")
+
     def memcpy_async(self, dst: int, src: int, n_bytes: int, stream: int) -> None:
         self._check(self.lib.cudaMemcpyAsync(dst, src, n_bytes, H2D, stream), "cudaMemcpyAsync")
 

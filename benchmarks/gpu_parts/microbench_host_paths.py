@@ -13,6 +13,11 @@ Tables added to microbench.json by `host_path_tables(doc, quick, device_s)`:
 - `readback`: `.item()` of a one-element tensor and `.to("cpu")` of 8 x 33 int32 page ids (FreeKV's
   `rids_gpu.to(kCPU)`, recall_cpuhnd_2buf.cu:47) right after a tiny kernel: host wall time of the
   read-back including the wait for the kernel.
+- `managed_flag_fault`: FreeKV's correction flags ping-pong on one cudaMallocManaged page (written by
+  the check kernel, recall_corr.cu:174; read by the host, recall_cpuhnd_2buf.cu:79): the host read of
+  a managed int the GPU wrote last, against the same read once the page is on the host; and a one-thread
+  kernel writing it after the host read, against the same kernel writing it twice in a row (the software
+  profile's `managed_page_fault_s`, an estimate until this runs).
 Each item is independent; a failure is recorded under doc["errors"] and the others run.
 """
 
@@ -26,7 +31,7 @@ import torch
 
 __all__ = ["host_path_tables", "svd_flops", "TABLES", "FP16_DENSE_TFLOPS"]
 
-TABLES = ("tables.svd", "tables.memcpy2d_one_row", "tables.readback")
+TABLES = ("tables.svd", "tables.memcpy2d_one_row", "tables.readback", "tables.managed_flag_fault")
 # Dense FP16 tensor peaks (datasheets): A100 312, H100 SXM 989, H100 PCIe 756, H200 989 TFLOP/s
 FP16_DENSE_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0}
 KV_WIDTH = 1024  # n_kv * d of Llama-3-8B (8 x 128)
@@ -137,12 +142,67 @@ def readback_table(doc: dict[str, Any], quick: bool) -> None:
     doc["tables"]["readback"] = rows
 
 
+class _Managed:
+    """A managed int32 buffer as Triton takes a tensor argument (data_ptr and dtype)."""
+
+    dtype = torch.int32
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def managed_flag_fault_table(doc: dict[str, Any], rt: Any, quick: bool) -> None:
+    import ctypes
+
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _write_one(ptr, value):
+        tl.store(ptr, value)
+
+    n = 30 if quick else 200
+    flag = rt.malloc_managed(4096)
+    try:
+        rows = []
+        for label, gpu_first, host_between in (
+            ("host read after a GPU write (fault)", True, False),
+            ("host read, page already on the host", False, False),
+            ("GPU write after a host read (fault)", True, True),
+            ("GPU write, page already on the GPU", True, False),
+        ):
+            samples = []
+            for i in range(n + 1):
+                if gpu_first:
+                    _write_one[(1,)](_Managed(flag), i)
+                    torch.cuda.synchronize()
+                if host_between or not gpu_first:
+                    ctypes.c_int32.from_address(flag).value  # noqa: B018 - the host touch
+                t0 = time.perf_counter()
+                if label.startswith("host read"):
+                    ctypes.c_int32.from_address(flag).value  # noqa: B018
+                else:
+                    _write_one[(1,)](_Managed(flag), i)
+                    torch.cuda.synchronize()
+                samples.append(time.perf_counter() - t0)
+            samples = sorted(samples[1:])
+            median, p90 = samples[len(samples) // 2], samples[int(0.9 * n)]
+            rows.append({"item": label, "median_s": median, "p90_s": p90})
+        doc["tables"]["managed_flag_fault"] = rows
+    finally:
+        rt.free(flag)
+
+
 def host_path_tables(doc: dict[str, Any], quick: bool, rt: Any) -> None:
-    """Run the three tables; each failure goes to doc["errors"] under its table name."""
+    """Run the tables; each failure goes to doc["errors"] under its table name."""
     items: tuple[tuple[str, Callable[[], None]], ...] = (
         ("svd", lambda: svd_table(doc, quick)),
         ("memcpy2d_one_row", lambda: memcpy2d_one_row_table(doc, rt, quick)),
         ("readback", lambda: readback_table(doc, quick)),
+        ("managed_flag_fault", lambda: managed_flag_fault_table(doc, rt, quick)),
     )
     for name, fn in items:
         try:

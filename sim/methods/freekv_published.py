@@ -15,14 +15,18 @@ the shared decoder ops, priced by the decoder-layer skeleton (sim/methods/decode
 2. wait for the previous step's background recall of this layer: two `Stream.wait_event` (217-218).
 3. correction check `get_corr_managed_cuda` (242-248 -> recall_corr.cu 121-203): cudaMemsetAsync (164),
    one kernel (174), a 4-byte cudaMemcpyAsync to pinned memory (192) and cudaStreamSynchronize of the
-   compute stream (198): a host sync per layer (the engine charges it: `check` has host_sync).
+   compute stream (198): a host sync per layer (the engine charges it: `check` has host_sync). The
+   kernel writes the per-head flags to ONE managed buffer for all layers (cudaMallocManaged,
+   recall_corr.cu 8-19; infer_state.py 293-297), which the host read in the previous layer-step's
+   blocking recall: the kernel stalls on a page fault there (`managed_page_fault_s` on the GPU).
 4. if a head is corrected: `estimate_select` on the compute stream (264 -> infer_state.py 1269-1276,
    834-870: ~10 Python view/slice calls, 2 extension calls, 3 launches), then the BLOCKING recall on the
    main thread (265 -> infer_state.py 1191-1257 -> recall_cpuhnd_2buf.cu `recall_cuda_cpy_cpuhnd_2buf`
    11-183): `rids_gpu.to(kCPU)` (47: a read-back that waits for the selection, so `select_sync` gets
    host_sync), then per (sequence, KV head) group with misses one ATen `index` (106) and one conversion
    kernel launch (120), and ONE cudaMemcpyAsync PER HEAD-PAGE of 2*p*d elements (140: 16 KiB at p=32,
-   d=128, bf16), groups alternating between two staging buffers/streams; finally cudaStreamSynchronize
+   d=128, bf16), groups alternating between two staging buffers/streams (reading the managed flags
+   per group, 79: a host page fault, `managed_page_fault_s`); finally cudaStreamSynchronize
    of both recall streams (178-179: host_sync on `recall_sync`, the second sync in its host_s). The
    runtime has ONE pair of recall streams for all layers (n_recall_stream=2, infer_state.py 42, 277-280;
    rs_group = layer % 1 at 1232-1234 and 1300-1302), shared with the background work of step 6: the
@@ -81,6 +85,9 @@ WAIT_AND_CHECK = HostOps(python_ops=2 + 2, stream_waits=2, ext_calls=1, cpp_laun
 SELECT = HostOps(python_ops=10, ext_calls=2, cpp_launches=3)
 # infer_state.py 1191-1257 glue + recall_cpuhnd_2buf.cu 47 read-back + the second final sync (179)
 RECALL_CALL = HostOps(python_ops=5, ext_calls=1, readbacks=1, stream_syncs=1)
+# with speculative retrieval the call also reads the correction flags, managed memory the check kernel
+# wrote last (recall_cpuhnd_2buf.cu 79; recall_corr.cu 8-19, 174): one host page fault
+RECALL_CALL_FLAGS = RECALL_CALL + HostOps(managed_faults=1)
 # per group with misses: ATen index (106) + conversion launch (120)
 RECALL_GROUP = HostOps(python_ops=1, cpp_launches=1)
 # single-buffer recall: + cudaStreamSynchronize per group (recall.cu 310)
@@ -178,14 +185,30 @@ def _background(
     task_fixed = np.where(bg_sel, 0.0, WORKER_RECALL_ONLY.seconds(sw)) + WORKER_EVENTS.seconds(sw)
     recall_bg = _recall(method, ctx, out["recall_bg"], bg_pages, bg_groups, "pool", task_fixed)
     main = np.where(sparse & ~bg_sel, POOL_RECALL_CALL.seconds(sw), 0.0)
+    check = out["check"]
+    assert isinstance(check, Kernel)
     return {
-        "check": dataclasses.replace(out["check"], host_s=np.where(sparse, WAIT_AND_CHECK.seconds(sw), 0.0)),
+        "check": Kernel(
+            seconds=np.asarray(check.seconds) + _flags_fault_s(ctx, sparse),
+            host_s=np.where(sparse, WAIT_AND_CHECK.seconds(sw), 0.0),
+        ),
         "select_bg": Kernel(
             seconds=np.where(bg_sel, np.asarray(out["select_bg"].seconds) + worker, 0.0),
             host_s=np.where(bg_sel, POOL_CALL.seconds(sw), 0.0),
         ),
         "recall_bg": dataclasses.replace(recall_bg, host_s=main),
     }
+
+
+def _flags_fault_s(ctx: CostContext, sparse: np.ndarray) -> np.ndarray:
+    """(S, L) GPU seconds the check kernel stalls on a page fault: it writes the managed correction flags
+    (one buffer for every layer, infer_state.py 293-297; recall_corr.cu 174-177), which the host last read
+    in the previous layer-step's blocking recall (recall_cpuhnd_2buf.cu 79), moving the page to the host."""
+    sw = ctx.software
+    assert sw is not None
+    corrected = (np.asarray(ctx.demand.corrected_heads) > 0) & sparse
+    before = np.concatenate(([False], corrected.ravel()[:-1])).reshape(corrected.shape)
+    return np.where(sparse & before, sw.managed_page_fault_s, 0.0)
 
 
 def _recall(
@@ -220,7 +243,8 @@ def _recall(
     if issuer == "pool":  # the worker's per-task and per-group costs spread over its copies
         extra = _per_copy_mean(np.asarray(task_fixed) + groups * group, pages)
         return Transfer(issue_s=sw.memcpy_async_call_s + extra, issuer="pool", **common)
-    host = np.where(pages > 0, RECALL_CALL.seconds(sw) + groups * group, 0.0)
+    call = RECALL_CALL_FLAGS if method.speculative else RECALL_CALL
+    host = np.where(pages > 0, call.seconds(sw) + groups * group, 0.0)
     return Transfer(issue_s=sw.memcpy_async_call_s, issuer="host", host_s=host, **common)
 
 

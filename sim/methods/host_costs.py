@@ -40,6 +40,7 @@ class HostOps:
     readbacks: float = 0.0  # small device-to-host read-backs (.item(), .to(kCPU), CUDA-scalar indexing)
     handoffs: float = 0.0  # tasks handed to a host worker thread
     python_layers: float = 0.0  # HF decoder-layer module overheads
+    managed_faults: float = 0.0  # host touches of managed memory the GPU wrote last (page migrates back)
 
     def seconds(self, sw: SoftwareProfile) -> float:
         return (
@@ -55,6 +56,7 @@ class HostOps:
             + self.readbacks * sw.readback_s
             + self.handoffs * sw.thread_handoff_s
             + self.python_layers * sw.python_layer_s
+            + self.managed_faults * sw.managed_page_fault_s
         )
 
     def __add__(self, other: HostOps) -> HostOps:

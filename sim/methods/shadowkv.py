@@ -53,9 +53,10 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
 - per step: embedding, final norm, LM head, .float() (base.py:61-70) and sampling (~4 eager ops), then
   `next_token.tolist()` (base.py:331): one read-back, the host waits for the step (host_sync).
 No host sync inside a layer: the host runs ahead of the GPU unless its per-layer cost exceeds the GPU's.
-On the GPU, the value gather is a kernel that holds ~65 KB of shared memory per block, so the key rebuild
-gets only the SMs it leaves (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py): when its grid fills them
-all, the rebuild waits for the fetch.
+On the GPU the code's small kernels are priced by their loop structure (sim/methods/shadowkv_kernels.py):
+selection's 12 launches and gatherTopK's walk, the value gather's one chunk in flight per block, its copy
+back from the temp buffer, and the key compaction; the value gather holds ~65 KB of shared memory per
+block, so the key rebuild gets only the SMs it leaves (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ from sim.methods.decoder_layer import (
 )
 from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
 from sim.methods.host_costs import HostOps, host_s
+from sim.methods.shadowkv_kernels import (
+    REBUILD_CTA_SMEM_BYTES,
+    REBUILD_LAUNCHES,
+    REBUILD_TILE_ROWS,
+    gather_block_smem_bytes,
+    published_compaction_s,
+    published_gather_s,
+    select_s,
+)
 from sim.sm_occupancy import co_runner_sm_share
 from traces.catalogue.retrieval import shadowkv_rank
 from traces.models import ModelSpec
@@ -90,20 +100,6 @@ SHADOWKV_DECODER = DecoderRecipe(
     ffn=HostOps(torch_ops=4, ext_calls=2, cpp_launches=2),
     step=HostOps(torch_ops=8, readbacks=1),
 )
-
-# Kernel shapes of the published code (bytedance/ShadowKV at a21f5a9), for SM sharing (as-published only):
-COPY_ROWS_PER_ITER = 32  # kernels/copy.cuh:25 CPY_SIZE, the default (setup.py passes no -DCPY_SIZE)
-COPY_ROW_BYTES = 2048  # kernels/copy.cuh: one row = 128 threads (BLOCK_SIZE_CP) x 16 B (int4)
-REBUILD_TILE_ROWS = 128  # kernels/batch_gather_gemm.cu:80, threadblock tile GemmShape<128, 128, 32>
-# CUTLASS multistage main loop: 5 stages (batch_gather_gemm.cu:106) of a 128x32 A and a 32x128 B bf16 tile
-REBUILD_CTA_SMEM_BYTES = 5 * (128 * 32 + 32 * 128) * 2
-
-
-def gather_block_smem_bytes(select_sets: int) -> int:
-    """Dynamic shared memory of one block of gather_copy_with_offsets / gather_copy_d2d_with_offsets
-    (kernels/gather_copy.cu:250, :124): CPY_SIZE rows of 2 KB, the chunk map (4 B each), one int4."""
-    return COPY_ROWS_PER_ITER * COPY_ROW_BYTES + select_sets * 4 + 16
-
 
 def outlier_chunks(sparse_budget_tokens: int) -> int:
     """Outlier chunks per KV head kept on the GPU (models/kv_cache.py:398): (budget // 1024) * 24."""
@@ -130,17 +126,25 @@ class ShadowKV(DecoderMethod):
         "Golub & Van Loan, Matrix Computations (4th ed.), Sec. 8.6: R-SVD costs 6mn^2 + 20n^3 flops",
     )
 
-    # estimated constants (sim/estimate_ends.py): knob -> (cheap end, dear end). The fp32 SVD's share of
-    # the FP16 tensor peak: 0.01 is an estimate (cuSOLVER gesvd/gesvdj is bound by its BLAS-2
-    # bidiagonalisation; no public rate at (context x 1024) fp32); 0.003-0.03 spans ~1-9 TFLOP/s on an
-    # A100, up to half its 19.5 TFLOP/s FP32 peak. The GPU suite's microbench table `svd` measures it.
-    # The zero-copy value gather's share of the link's DMA rate: 1.0 (the DMA rate) is an estimate; SMs read
-    # pinned memory in 128-byte requests, against the copy engine's larger ones, and the kernel's blocks
-    # bound the reads in flight; no public measurement of this kernel: 0.6-1.0. The GPU suite's
-    # `uva_gather_blocks` table measures it.
+    # estimated constants (sim/estimate_ends.py): knob -> (cheap end, dear end).
+    # svd_flops_fraction: the fp32 SVD's share of the FP16 tensor peak; 0.01 (cuSOLVER gesvd/gesvdj is bound
+    # by its BLAS-2 bidiagonalisation); 0.003-0.1. The cheap end covers the one public timing: ShadowKV's
+    # appendix Table 12, 17.19 ms at 64K (quoted in ByteDance-Seed/ShadowKV issue #13), is 0.081 of the A100's
+    # peak on the R-SVD count if it is one layer at batch 1 (validate_sim row shadowkv/svd/64k; shape
+    # inferred). The GPU suite's microbench table `svd` measures it.
+    # uva_rate_fraction: the zero-copy gather's share of the link's DMA rate when the link binds: SMs read
+    # pinned memory in 128-byte requests, the copy engine in larger ones; 0.6-1.0, 1.0 taken.
+    # uva_read_latency_s: one SM read of pinned host memory, round trip; 2 us: PCIe read round trips of
+    # ~0.5-1 us measured from devices on Xeon hosts (Neugebauer et al., SIGCOMM 2018), plus the GPU's
+    # path to its host interface and, on DGX/HGX boards, a PCIe switch; 1-4 us. The GPU suite's
+    # `uva_gather_blocks` table (1 run in flight per block) measures it.
+    # device_load_latency_s: one step of a one-chunk-in-flight loop (a dependent global load that hits L2 or
+    # HBM, 200-800 cycles at ~1.4 GHz, plus its shared-memory load and store); 0.5 us, 0.3-0.8 us.
     estimate_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "svd_flops_fraction": (0.03, 0.003),
+        "svd_flops_fraction": (0.1, 0.003),
         "uva_rate_fraction": (1.0, 0.6),
+        "uva_read_latency_s": (1.0e-6, 4.0e-6),
+        "device_load_latency_s": (3.0e-7, 8.0e-7),
     }
 
     def recipe(self) -> DecoderRecipe:
@@ -287,23 +291,19 @@ class ShadowKV(DecoderMethod):
     def _retrieval_work(self, ctx: CostContext, missed_tokens: np.ndarray) -> dict[str, Work]:
         """Landmark selection, the UVA gather of the missed value chunks and the key rebuild."""
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
-        b, d, dt, c = cfg.batch_size, m.head_dim, cfg.dtype_bytes, self.knobs.chunk_tokens
+        d, dt, c = m.head_dim, cfg.dtype_bytes, self.knobs.chunk_tokens
         dense = dem.dense_layer[None, :]
-        context = dem.context_tokens.astype(np.float64)
-        # selection over every landmark (one per chunk and KV head), fp32 softmax per query head
-        chunks = np.maximum(0.0, np.floor((context - cfg.sink_tokens - cfg.window_tokens) / c))
-        sel_bytes = b * m.n_kv_heads * chunks * d * dt + 3 * b * m.n_qo_heads * chunks * 4
-        select = np.where(chunks > 0, cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, 4), 0.0)
+        sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
         # misses: the value tokens the trace fetched (its own policy's, or FreeKV's missed pages x p) ->
         # chunks of c tokens
         fetch_bytes = missed_tokens * d * dt  # values only
         fetch_copy = np.asarray(cost.copy_s(fetch_bytes, c * d * dt, "h2d"), dtype=np.float64)
-        if ctx.as_published:  # a kernel reading pinned memory over UVA, at a share of the DMA rate
-            fetch_copy = fetch_copy / self.knobs.uva_rate_fraction
-        sparse = np.where(dense, 0.0, 1.0) * np.ones(ctx.shape)
+        if ctx.as_published:  # a kernel reading pinned memory over UVA, one chunk in flight per block
+            link_s = fetch_copy / self.knobs.uva_rate_fraction
+            fetch_copy = published_gather_s(ctx, missed_tokens, link_s, self.knobs)
         return {
             "select": Kernel(
-                np.where(dense, 0.0, ctx.full(select)),
+                np.where(dense, 0.0, ctx.full(select_s(ctx, self.knobs))),
                 host_s=sparse * host_s(ctx, HostOps(torch_ops=3, ext_calls=2, cpp_launches=2)),
             ),
             "fetch": Transfer(  # one gather kernel per layer-step reading pinned host memory (UVA)
@@ -323,8 +323,9 @@ class ShadowKV(DecoderMethod):
 
     def _rebuild_s(self, ctx: CostContext, missed_tokens: np.ndarray, fetch_copy: np.ndarray) -> np.ndarray:
         """(S, L) key rebuild: the hits' keys move to the front of the buffer (gather_copy_d2d_with_offsets,
-        read + write), then U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of
-        hits (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)."""
+        read + write; as published no faster than one chunk per device load latency per block), then
+        U[rows] (t x r) @ SV_h (r x d) + RoPE for every 128-row tile not wholly made of hits
+        (gemm_universal_batch_gather_indices.h:678 skips only those), per (sequence, KV head)."""
         cfg, m = ctx.cfg, ctx.model
         d, dt = m.head_dim, cfg.dtype_bytes
         heads = cfg.batch_size * m.n_kv_heads
@@ -332,11 +333,12 @@ class ShadowKV(DecoderMethod):
         skipped = REBUILD_TILE_ROWS * np.floor(hit_tokens / heads / REBUILD_TILE_ROWS)  # <= selected_tokens
         rows = np.maximum(missed_tokens, heads * (cfg.selected_tokens - skipped))
         rank = self.rank(m)
-        rebuild = ctx.cost.kernel_s(
-            2.0 * rows * rank * d,
-            rows * (rank + 3 * d) * dt + heads * rank * d * dt + 2.0 * hit_tokens * d * dt,
-            2,
-        )
+        launches = REBUILD_LAUNCHES if ctx.as_published else 2
+        gemm_bytes = rows * (rank + 3 * d) * dt + heads * rank * d * dt
+        rebuild = ctx.cost.kernel_s(2.0 * rows * rank * d, gemm_bytes + 2.0 * hit_tokens * d * dt, launches)
+        if ctx.as_published:  # the hits' move is latency-bound (shadowkv_kernels.key_compaction_s)
+            gemm = ctx.cost.kernel_s(2.0 * rows * rank * d, gemm_bytes, launches)
+            rebuild = np.maximum(rebuild, published_compaction_s(ctx, missed_tokens, self.knobs) + gemm)
         share = self.rebuild_sm_share(ctx)
         if 0.0 < share < 1.0:  # on the SMs the gather leaves free, and never later than after the gather
             rebuild = np.minimum(rebuild / share, fetch_copy + rebuild)

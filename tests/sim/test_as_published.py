@@ -12,7 +12,7 @@ from sim import SimConfig, synthetic_demand
 from sim.engine import prepare
 from sim.methods.base import Kernel, Transfer
 from sim.methods.eager import FREEKV_QKV, HF_FFN, HF_QKV
-from sim.methods.freekv_published import RECALL_CALL, RECALL_GROUP, SELECT, WAIT_AND_CHECK
+from sim.methods.freekv_published import RECALL_CALL_FLAGS, RECALL_GROUP, SELECT, WAIT_AND_CHECK
 from sim.methods.host_costs import HostOps
 
 MODEL = "llama-3.1-8b"
@@ -61,17 +61,23 @@ def test_synchronous_correction_recall_of_23_head_pages(demand) -> None:
     assert rec.issuer == "host" and rec.issue_threads == 1
     assert rec.issue_s == sw.memcpy_async_call_s  # recall_cpuhnd_2buf.cu 140: one call per head-page
     assert int(rec.n_copies[s, layer]) == 23 and rec.bytes_per_copy == 2 * 32 * 128 * 2  # 16 KiB
-    # read-back of rids + second final stream sync + glue, then per group one index and one launch
-    want = RECALL_CALL.seconds(sw) + 4 * RECALL_GROUP.seconds(sw)
+    # read-back of rids + second final stream sync + glue + the managed flags' page fault (79), then per
+    # group one index and one launch
+    want = RECALL_CALL_FLAGS.seconds(sw) + 4 * RECALL_GROUP.seconds(sw)
     assert _host(rec)[s, layer] == pytest.approx(want)
     main_thread = 23 * rec.issue_s + _host(rec)[s, layer]
     assert main_thread == pytest.approx(
         23 * sw.memcpy_async_call_s
         + sw.readback_s
         + sw.stream_sync_s
+        + sw.managed_page_fault_s
         + 6 * sw.python_op_s
         + 4 * (sw.python_op_s + sw.cpp_kernel_launch_s)
     )
+    # the next check kernel writes the flags the host just read: a page fault on the GPU, once
+    check = np.asarray(work["check"].seconds)
+    assert check[s, layer + 1] - check[s, layer + 2] == pytest.approx(sw.managed_page_fault_s)
+    assert check[s, layer] == pytest.approx(check[s, layer + 2])
     assert _host(rec)[s, layer + 1] == 0.0  # nothing recalled there: nothing charged
     # the selection is read back and the recall waited for (host syncs)
     flags = {op.name: op.host_sync for op in prep.method.template(ctx)}

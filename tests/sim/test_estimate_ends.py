@@ -19,6 +19,7 @@ from sim.software import (
     list_software,
     load_software,
 )
+from traces import catalogue
 
 MODEL = "llama-3.1-8b"
 
@@ -62,14 +63,27 @@ def test_an_override_is_no_estimate_and_keeps_its_value_at_both_ends() -> None:
 
 def test_method_constants_move_unless_the_config_sets_them() -> None:
     assert method_estimate_ranges("shadowkv") == {
-        "svd_flops_fraction": (0.03, 0.003),
+        "svd_flops_fraction": (0.1, 0.003),
         "uva_rate_fraction": (1.0, 0.6),
+        "uva_read_latency_s": (1.0e-6, 4.0e-6),
+        "device_load_latency_s": (3.0e-7, 8.0e-7),
     }
     ends = end_configs(_cfg(method="shadowkv"))
-    assert ends["low"].method_options["svd_flops_fraction"] == 0.03
+    assert ends["low"].method_options["svd_flops_fraction"] == 0.1
     assert ends["high"].method_options["svd_flops_fraction"] == 0.003
     kept = end_configs(_cfg(method="shadowkv", method_options={"svd_flops_fraction": 0.02}))
     assert kept["high"].method_options["svd_flops_fraction"] == 0.02
+
+
+@pytest.mark.parametrize("method", catalogue.names(simulator=True))
+def test_every_method_estimate_is_a_labelled_knob_whose_default_lies_in_its_range(method: str) -> None:
+    knobs = catalogue.entry(method).knobs
+    for name, ends in method_estimate_ranges(method).items():
+        spec = knobs.spec(name)
+        assert spec is not None, f"{method}: estimate_ranges names {name!r}, not a knob"
+        assert "estimate" in spec.doc, f"{method}.{name}: the knob's doc must say it is an estimate"
+        low, high = min(ends), max(ends)
+        assert low <= spec.default <= high, f"{method}.{name}: default {spec.default} outside {ends}"
 
 
 def test_spread_brackets_the_priced_answer() -> None:

@@ -125,24 +125,25 @@ def test_shadowkv_rebuild_shares_sms_with_the_uva_gather(
     pub = prepare(_cfg("shadowkv", "as-published", batch_size=batch), demand)
     ideal = prepare(_cfg("shadowkv", "ideal", batch_size=batch), demand)
     deps, seconds = _rebuild(pub)
-    ideal_deps, ideal_seconds = _rebuild(ideal)
+    ideal_deps, _ = _rebuild(ideal)
     assert ("fetch" in deps) == waits and "fetch" not in ideal_deps
-    sparse = seconds > 0
-    assert sparse.any()
-    if slowed:
-        assert np.all(seconds[sparse] > 1.5 * ideal_seconds[sparse])
-    else:
-        np.testing.assert_allclose(seconds, ideal_seconds)
     bare = _cfg(
         "shadowkv", "as-published", batch_size=batch, hardware_overrides={"gpu.sm_count": 10**6}
     )
-    assert "fetch" not in _rebuild(prepare(bare, demand))[0]  # a huge GPU: the gather never fills it
+    bare_deps, alone_seconds = _rebuild(prepare(bare, demand))
+    assert "fetch" not in bare_deps  # a huge GPU: the gather never fills it
+    sparse = seconds > 0
+    assert sparse.any()
+    if slowed:  # against the same rebuild with every SM to itself
+        assert np.all(seconds[sparse] > 1.5 * alone_seconds[sparse])
+    else:
+        np.testing.assert_allclose(seconds, alone_seconds)
 
 
 def test_shadowkv_rebuild_covers_whole_tiles_and_moves_the_hits(demand: Demand) -> None:
     """The CUTLASS rebuild skips only 128-row tiles made wholly of hits, and the hits' keys are copied to the
     front of the buffer first: more work than the misses alone, less than rebuilding the whole budget."""
-    from sim.methods.shadowkv import REBUILD_TILE_ROWS
+    from sim.methods.shadowkv_kernels import REBUILD_TILE_ROWS
 
     cfg = _cfg("shadowkv", "ideal", budget_tokens=2048 + 64 + 64, sink_tokens=64, window_tokens=64)
     prep = prepare(cfg, demand)

@@ -121,6 +121,13 @@ class ShadowKVKnobs(MethodKnobs):
     uva_rate_fraction: float = knob(1.0, "share of the link's DMA rate the zero-copy value gather reaches "
                                     "(as published; estimate)", side="simulator", low=0.0, high=1.0,
                                     low_open=True)
+    uva_read_latency_s: float = knob(2.0e-6, "round trip of one SM read of pinned host memory over the link: "
+                                     "the value gather keeps one 2 KiB chunk in flight per block (as "
+                                     "published; estimate)", side="simulator", low=0.0, low_open=True)
+    device_load_latency_s: float = knob(5.0e-7, "one dependent device-memory load with its shared-memory "
+                                        "steps, the pace of ShadowKV's one-chunk-in-flight copy loops and "
+                                        "of gatherTopK (as published; estimate)", side="simulator", low=0.0,
+                                        low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()

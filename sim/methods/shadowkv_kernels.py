@@ -1,0 +1,196 @@
+"""ShadowKV's decode kernels priced by the loop structure of its public code (as-published mode).
+
+ShadowKV's sparse path per layer (bytedance/ShadowKV at e51904c, models/kv_cache.py:616-666, read at
+ByteDance-Seed/ShadowKV) launches small kernels whose time is set by how many blocks run and what one
+block waits for, not by HBM bandwidth:
+
+- Selection (kv_cache.py:622-643): `batch_gemm_softmax` is 3 kernels (kernels/batch_gemm_softmax.h:453
+  GEMM with partial softmax reductions, :479 final reduction, :508 softmax apply); `torch.max` (:637) 1;
+  `torch.topk` (:640, PyTorch 2.3.1 per requirements.txt) at these shapes (tens to hundreds of rows of
+  7.5K-31K landmark scores) takes the multi-block path of aten/src/ATen/native/cuda/TensorTopK.cu
+  (`mbtopk::launch`: a cudaMemsetAsync, a `fill`, one `radixFindKthValues` pass per 8 bits of bf16 = 2,
+  then `sbtopk::gatherTopK`) and, with sorted=True, one sort of the k results: 6 launches; `gather`
+  (:642) 1; `reorder_keys_and_compute_offsets` (:643 -> kernels/gather_copy.cu:207) 1: 12 in all.
+  `gatherTopK` runs one block (<= 1024 threads) per row and walks the row in steps of the block width
+  twice (values above the k-th; then ties, stopping once k are found: ~half a row), each step one
+  dependent load per thread and a block-wide prefix scan: rows x ceil(cols / 1024) x 1.5 steps.
+- Value gather (kv_cache.py:649 -> gather_copy.cu:239-323 -> kernels/copy.cuh:437-498,
+  `gather_copy_var_midpoint_BP`): 2 blocks of 128 threads per (sequence, KV head) with ~65 KB of shared
+  memory each. The even block reads the missed 2 KiB chunks from pinned host memory over UVA into a
+  device temp buffer (copy.cuh:492), waits for its partner (:494), then copies them from temp into the
+  value buffer (:496); the odd block moves the hits within the buffer (:478). Every one of these loops
+  (copy.cuh:146-179 and :210-243) loads a chunk into shared memory and reads the next chunk's offset from
+  the same shared array, so each thread keeps ONE 16-byte load in flight: compiled with the repository's
+  nvcc flags (-std=c++17 --expt-relaxed-constexpr; nvcc 13.0, sm_80) the unrolled loop is
+  LDS(offset) -> LDG.E.128 -> STS.128 per chunk, each STS consuming the LDG's register before the next
+  LDS may pass it. One block thus moves one 2 KiB chunk per load latency.
+- Key rebuild (kv_cache.py:661-662): `gather_copy_d2d_with_offsets` (the same one-chunk-in-flight loop,
+  one block per (sequence, KV head), copy.cuh:353-390), the int32 cast of the positions
+  (models/tensor_op.py:216), the CUTLASS gather-GEMM and the RoPE push (tensor_op.py:218-236): 4 launches.
+
+Latencies are estimates (knobs of ShadowKVKnobs, with ranges in ShadowKV.estimate_ranges):
+`uva_read_latency_s`, the round trip of an SM's read of pinned host memory over PCIe, and
+`device_load_latency_s`, one dependent global load (L2 or HBM) plus the loop's shared-memory steps.
+Pure arithmetic on numpy arrays; no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.sm_occupancy import blocks_per_sm
+
+if TYPE_CHECKING:
+    from sim.methods.base import CostContext
+
+__all__ = [
+    "COPY_ROW_BYTES",
+    "COPY_ROWS_PER_ITER",
+    "REBUILD_CTA_SMEM_BYTES",
+    "REBUILD_LAUNCHES",
+    "REBUILD_TILE_ROWS",
+    "SELECT_LAUNCHES",
+    "TOPK_BLOCK_THREADS",
+    "gather_block_smem_bytes",
+    "key_compaction_s",
+    "published_compaction_s",
+    "published_gather_s",
+    "resident_blocks",
+    "select_s",
+    "topk_gather_s",
+    "value_gather_s",
+]
+
+COPY_ROWS_PER_ITER = 32  # kernels/copy.cuh:25 CPY_SIZE, the default (setup.py passes no -DCPY_SIZE)
+COPY_ROW_BYTES = 2048  # kernels/copy.cuh: one row = 128 threads (BLOCK_SIZE_CP) x 16 B (int4)
+COPY_BLOCK_THREADS = 128  # gather_copy.cu:248 blockSize = BLOCK_SIZE_CP
+REBUILD_TILE_ROWS = 128  # kernels/batch_gather_gemm.cu:80, threadblock tile GemmShape<128, 128, 32>
+# CUTLASS multistage main loop: 5 stages (batch_gather_gemm.cu:106) of a 128x32 A and a 32x128 B bf16 tile
+REBUILD_CTA_SMEM_BYTES = 5 * (128 * 32 + 32 * 128) * 2
+# kernel launches per sparse layer (module docstring): selection 3 + 1 + 6 + 1 + 1, rebuild 4
+SELECT_LAUNCHES = 12
+REBUILD_LAUNCHES = 4
+TOPK_BLOCK_THREADS = 1024  # sbtopk::gatherTopK: min(round_up(cols, 32), 1024) threads per row
+TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass over half of it on average
+THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0 (CUDA Programming Guide)
+
+
+def gather_block_smem_bytes(select_sets: int) -> int:
+    """Dynamic shared memory of one block of gather_copy_with_offsets / gather_copy_d2d_with_offsets
+    (kernels/gather_copy.cu:250, :124): CPY_SIZE rows of 2 KB, the chunk map (4 B each), one int4."""
+    return COPY_ROWS_PER_ITER * COPY_ROW_BYTES + select_sets * 4 + 16
+
+
+def resident_blocks(
+    sm_count: int | None, smem_per_sm_bytes: int | None, block_smem_bytes: int, block_threads: int
+) -> int | None:
+    """Blocks of a kernel resident on the GPU at once (shared memory and threads per SM), or None when the
+    profile does not give `gpu.sm_count` and `gpu.shared_memory_per_sm_bytes` (then: one wave)."""
+    if sm_count is None or smem_per_sm_bytes is None:
+        return None
+    per_sm = min(blocks_per_sm(block_smem_bytes, smem_per_sm_bytes), THREADS_PER_SM // block_threads)
+    return max(1, per_sm) * sm_count
+
+
+def _waves(blocks: int, resident: int | None) -> int:
+    return 1 if resident is None or blocks <= 0 else math.ceil(blocks / resident)
+
+
+def value_gather_s(
+    link_s: np.ndarray,
+    missed_per_head: np.ndarray,
+    hits_per_head: np.ndarray,
+    heads: int,
+    resident: int | None,
+    uva_read_latency_s: float,
+    device_load_latency_s: float,
+) -> np.ndarray:
+    """(S, L) seconds of gather_copy_with_offsets: per wave of block pairs, the host reads (one chunk in
+    flight per block: missed chunks x uva latency) or the link's time for all the bytes, whichever is
+    longer, against the partner's hit moves; then the copy from temp into the buffer (missed chunks x
+    device latency). 0 where nothing was missed."""
+    waves = _waves(2 * heads, resident)
+    missed = np.asarray(missed_per_head, dtype=np.float64)
+    hits = np.asarray(hits_per_head, dtype=np.float64)
+    block_reads = waves * np.maximum(missed * uva_read_latency_s, hits * device_load_latency_s)
+    copy_back = waves * missed * device_load_latency_s
+    out = np.maximum(np.asarray(link_s, dtype=np.float64), block_reads) + copy_back
+    return np.where(missed > 0, out, 0.0)
+
+
+def key_compaction_s(
+    hits_per_head: np.ndarray, heads: int, resident: int | None, device_load_latency_s: float
+) -> np.ndarray:
+    """(S, L) latency floor of gather_copy_d2d_with_offsets: one block per (sequence, KV head) moves its
+    hit chunks to the front of the key buffer, one chunk per device load latency."""
+    hits = np.asarray(hits_per_head, dtype=np.float64)
+    return _waves(heads, resident) * hits * device_load_latency_s
+
+
+def topk_gather_s(
+    rows: int, cols: np.ndarray, sm_count: int | None, device_load_latency_s: float
+) -> np.ndarray:
+    """Latency floor of sbtopk::gatherTopK over `rows` rows of `cols` scores: one block per row, waves of
+    2 blocks per SM (1024 threads each), TOPK_STEPS_PER_WIDTH steps per block width, one dependent load
+    and a block scan per step (priced at device_load_latency_s)."""
+    cols = np.asarray(cols, dtype=np.float64)
+    threads = np.minimum(TOPK_BLOCK_THREADS, np.maximum(32.0, np.ceil(cols / 32.0) * 32.0))
+    waves = 1 if sm_count is None else math.ceil(rows / (sm_count * (THREADS_PER_SM // TOPK_BLOCK_THREADS)))
+    steps = TOPK_STEPS_PER_WIDTH * np.ceil(cols / threads)
+    return np.where(cols > 0, waves * steps * device_load_latency_s, 0.0)
+
+
+# ----- the model's use of the above (knobs: traces.catalogue.retrieval.ShadowKVKnobs) -----
+def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
+    """(S,) selection over every landmark (one per chunk and KV head): the GEMM with an fp32 softmax per
+    query head at the roofline; as published its SELECT_LAUNCHES launches and gatherTopK's walk."""
+    cfg, m = ctx.cfg, ctx.model
+    b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
+    context = ctx.demand.context_tokens.astype(np.float64)
+    chunks = np.maximum(0.0, np.floor((context - cfg.sink_tokens - cfg.window_tokens) / knobs.chunk_tokens))
+    sel_bytes = b * m.n_kv_heads * chunks * d * dt + 3 * b * m.n_qo_heads * chunks * 4
+    launches = SELECT_LAUNCHES if ctx.as_published else 4
+    select = ctx.cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, launches)
+    if ctx.as_published:
+        rows = b * m.n_kv_heads
+        select = select + topk_gather_s(rows, chunks, ctx.profile.gpu.sm_count, knobs.device_load_latency_s)
+    return np.where(chunks > 0, select, 0.0)
+
+
+def _chunks_per_head(
+    ctx: CostContext, missed_tokens: np.ndarray, chunk_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(missed, hit) chunks per (sequence, KV head), (S, L) each."""
+    heads = ctx.cfg.batch_size * ctx.model.n_kv_heads
+    sets = ctx.cfg.selected_tokens / chunk_tokens
+    missed = np.minimum(sets, np.asarray(missed_tokens, dtype=np.float64) / heads / chunk_tokens)
+    return missed, np.maximum(0.0, sets - missed)
+
+
+def _gather_resident(ctx: CostContext, chunk_tokens: int) -> int | None:
+    gpu = ctx.profile.gpu
+    smem = gather_block_smem_bytes(ctx.cfg.selected_tokens // chunk_tokens)
+    return resident_blocks(gpu.sm_count, gpu.shared_memory_per_sm_bytes, smem, COPY_BLOCK_THREADS)
+
+
+def published_gather_s(
+    ctx: CostContext, missed_tokens: np.ndarray, link_s: np.ndarray, knobs: Any
+) -> np.ndarray:
+    """(S, L) the value gather kernel as its code runs (value_gather_s)."""
+    missed, hits = _chunks_per_head(ctx, missed_tokens, knobs.chunk_tokens)
+    heads = ctx.cfg.batch_size * ctx.model.n_kv_heads
+    return value_gather_s(
+        link_s, missed, hits, heads, _gather_resident(ctx, knobs.chunk_tokens),
+        knobs.uva_read_latency_s, knobs.device_load_latency_s,
+    )
+
+
+def published_compaction_s(ctx: CostContext, missed_tokens: np.ndarray, knobs: Any) -> np.ndarray:
+    """(S, L) the key compaction as its code runs (key_compaction_s)."""
+    _, hits = _chunks_per_head(ctx, missed_tokens, knobs.chunk_tokens)
+    heads = ctx.cfg.batch_size * ctx.model.n_kv_heads
+    resident = _gather_resident(ctx, knobs.chunk_tokens)
+    return key_compaction_s(hits, heads, resident, knobs.device_load_latency_s)

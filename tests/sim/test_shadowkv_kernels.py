@@ -1,0 +1,83 @@
+"""ShadowKV's decode kernels priced by their loop structure (sim/methods/shadowkv_kernels.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import SimConfig, synthetic_demand
+from sim.engine import prepare
+from sim.methods.shadowkv_kernels import (
+    gather_block_smem_bytes,
+    key_compaction_s,
+    resident_blocks,
+    topk_gather_s,
+    value_gather_s,
+)
+
+A100_SMS, A100_SMEM = 108, 167936
+
+
+def test_gather_blocks_hold_two_per_a100_sm() -> None:
+    smem = gather_block_smem_bytes(512)  # 32 rows of 2 KiB + the chunk map
+    assert resident_blocks(A100_SMS, A100_SMEM, smem, 128) == 2 * A100_SMS
+    assert resident_blocks(None, A100_SMEM, smem, 128) is None
+
+
+def test_few_blocks_are_bound_by_one_chunk_in_flight_many_by_the_link() -> None:
+    link = np.array([1e-4])
+    missed, hits = np.array([200.0]), np.array([300.0])
+    # 40 blocks pairs: each pair's host reads take 200 x 2 us = 0.4 ms > the link's 0.1 ms
+    few = value_gather_s(link, missed, hits, 40, 216, 2e-6, 5e-7)
+    assert few[0] == pytest.approx(200 * 2e-6 + 200 * 5e-7)
+    # a slow link binds instead
+    slow = value_gather_s(np.array([1e-3]), missed, hits, 40, 216, 2e-6, 5e-7)
+    assert slow[0] == pytest.approx(1e-3 + 200 * 5e-7)
+    # more block pairs than fit: waves of resident blocks repeat the per-block walk
+    waves = value_gather_s(link, missed, hits, 400, 216, 2e-6, 5e-7)
+    assert waves[0] == pytest.approx(4 * (200 * 2e-6 + 200 * 5e-7))
+    assert value_gather_s(link, np.array([0.0]), hits, 40, 216, 2e-6, 5e-7)[0] == 0.0
+
+
+def test_the_hit_partner_can_hold_the_copy_back() -> None:
+    got = value_gather_s(np.array([0.0]), np.array([10.0]), np.array([500.0]), 8, 216, 1e-6, 5e-7)
+    assert got[0] == pytest.approx(500 * 5e-7 + 10 * 5e-7)
+
+
+def test_key_compaction_and_topk_walk_scale_with_their_loop_steps() -> None:
+    assert key_compaction_s(np.array([300.0]), 96, 216, 5e-7)[0] == pytest.approx(300 * 5e-7)
+    assert key_compaction_s(np.array([300.0]), 300, 216, 5e-7)[0] == pytest.approx(2 * 300 * 5e-7)
+    # 40 rows of 31K landmarks: one wave, 1.5 passes of ceil(31232 / 1024) = 31 steps
+    assert topk_gather_s(40, np.array([31232.0]), A100_SMS, 5e-7)[0] == pytest.approx(1.5 * 31 * 5e-7)
+    assert topk_gather_s(400, np.array([31232.0]), A100_SMS, 5e-7)[0] == pytest.approx(2 * 1.5 * 31 * 5e-7)
+
+
+def _prepared(implementation: str, **options: float):
+    cfg = SimConfig(
+        model="yi-9b-200k", hardware="a100-80g-sxm", method="shadowkv", batch_size=10,
+        input_tokens=244 * 1024, output_tokens=4, page_size=8, sink_tokens=0, window_tokens=32,
+        budget_tokens=4096 + 32, implementation=implementation,  # type: ignore[arg-type]
+        method_options={"svd_interval_tokens": 10**9, **options}, gpu_memory_utilization=1.0,
+    )
+    return prepare(cfg, synthetic_demand("correction=1.0,hit=0.6", "yi-9b-200k", seed=0))
+
+
+def _work(implementation: str, **options: float):
+    return _prepared(implementation, **options).work
+
+
+def test_as_published_gather_pays_the_latency_walk_ideal_the_link_only() -> None:
+    ideal = float(np.asarray(_work("ideal")["fetch"].copy_s)[-1, 5])
+    fast = float(np.asarray(_work("as-published", uva_read_latency_s=1e-7)["fetch"].copy_s)[-1, 5])
+    prepared = _prepared("as-published", uva_read_latency_s=4e-6)
+    slow = float(np.asarray(prepared.work["fetch"].copy_s)[-1, 5])
+    assert ideal < fast < slow
+    missed_chunks = float(np.asarray(prepared.work["fetch"].bytes_per_copy)[-1, 5]) / 40 / 2048
+    assert slow == pytest.approx(missed_chunks * (4e-6 + 5e-7))
+
+
+def test_as_published_selection_counts_its_launches_and_the_topk_walk() -> None:
+    ideal = float(np.asarray(_work("ideal")["select"].seconds)[-1, 5])
+    published = float(np.asarray(_work("as-published")["select"].seconds)[-1, 5])
+    walk = 1.5 * np.ceil((244 * 1024 - 32) // 8 / 1024) * 5e-7
+    assert published - ideal == pytest.approx(8 * 4e-6 + walk, rel=0.01)
