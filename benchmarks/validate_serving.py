@@ -145,7 +145,10 @@ def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementa
     cfg = SimConfig(model=row.model, hardware=row.gpu, method="dense", input_tokens=longest[0],
                     output_tokens=longest[1], implementation=implementation,
                     hardware_overrides=dict(hardware_set or {}))
-    return StepCosts(cfg, None, engine=row.engine if engine == "as-run" else engine)
+    from sim.serving.engine import load_engine
+
+    name, _, end = (row.engine if engine == "as-run" else engine).partition("@")
+    return StepCosts(cfg, None, engine=load_engine(name).at_end(end or "value"))
 
 
 def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int]], costs: Any,
@@ -201,6 +204,7 @@ def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: 
     if row.quantity == "decode_iteration_s":
         w = row.workload
         costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set, engine)
+        out["engine"] = costs.engine_profile.name
         ours = costs.decode_s(int(w["batch"]), float(w["context"]) + 1)
         return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published}
     lengths = _lengths(row, n_requests)
@@ -264,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="what-if: a hardware profile field, e.g. gpu.achievable_compute_fraction=0.85")
     parser.add_argument("--engine", default="as-run",
                         help="engine host time per iteration: as-run (each row's engine), none (kernels "
-                        "alone), or an engine profile name or YAML file [as-run]")
+                        "alone), or an engine profile name or YAML file, with @low or @high for every "
+                        "term at that end of its range [as-run]")
     args = parser.parse_args(argv)
     rows = {r.key: r for r in ROWS}
     keys = [k.strip() for k in args.rows.split(",") if k.strip()] or list(rows)
@@ -284,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.engine != "as-run":
         try:
-            load_engine(args.engine)
+            name, _, end = args.engine.partition("@")
+            if end not in ("", "low", "high"):
+                raise SimInputError(f"--engine {args.engine!r}: after '@' give low or high")
+            load_engine(name)
         except SimInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

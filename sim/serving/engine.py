@@ -91,6 +91,17 @@ class EngineProfile:
         pick = {"value": lambda t: 1.0, "low": lambda t: t.range[0], "high": lambda t: t.range[1]}[end]
         return sum(t.ms_at(sequences, pick(t)) for t in self.terms) / 1e3
 
+    def at_end(self, end: str) -> EngineProfile:
+        """This profile with every term at one end of its range ("low" or "high"; "value": itself)."""
+        if end == "value":
+            return self
+        i = {"low": 0, "high": 1}[end]
+        terms = tuple(
+            EngineTerm(t.name, t.sequences, tuple(v * t.range[i] for v in t.ms), t.source, (1.0, 1.0))
+            for t in self.terms
+        )
+        return EngineProfile(f"{self.name} ({end} end)", self.description, terms, self.path)
+
     def label(self) -> str:
         """The engine an answer assumes, in words."""
         return f"{self.name}: {self.description}"
