@@ -34,11 +34,9 @@ vLLM and engine), `--engine none` prices kernels alone (the model before engine 
 gives one profile to every row.
 
 `--hardware-set` replaces a field of the rows' hardware profiles (sim.config.SimConfig.hardware_overrides)
-for a what-if, e.g. `gpu.achievable_compute_fraction=0.70`: the fraction of peak FLOPs the linear layers
-of a 7B model reach on an A100 80GB PCIe (Azure NC96ads A100 v4, Sarathi-Serve's machine) in Vidur's
-operator profile (microsoft/vidur data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv: QKV,
-output, up and down projections at 512-4096 tokens, 0.68-0.71 of 312 TFLOPS), where the shipped A100
-profiles take 0.85.
+for a what-if, e.g. `gpu.achievable_compute_fraction=0.85`: the A100 80GB profiles' GEMM efficiency before
+it was set to 0.70 from Vidur's A100 operator profile (microsoft/vidur data/profiling/compute/a100/*/mlp.csv:
+QKV, output, up and down projections of 8 models at 512-4096 tokens, median 0.70 of 312 TFLOPS).
 
 Pricing: vLLM and Sarathi-Serve decode with paged FlashAttention kernels and CUDA graphs, not the stock
 Hugging Face eager loop the dense method's as-published pricing models, so `ideal` (hardware limits) is

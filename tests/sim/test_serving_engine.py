@@ -95,7 +95,8 @@ def test_dse_serve_refuses_a_bad_engine_with_exit_2(tmp_path: Path, capsys) -> N
     bad = _write(tmp_path, ONE_TERM.replace("terms:", "overhead: 1\nterms:"))
     base = ["serve", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--method", "dense",
             "--input-tokens", "1024", "--output-tokens", "8", "--arrival-rate", "1", "--n-requests", "10"]
-    for engine, words in ((str(bad), "unknown key(s) ['overhead']"), ("no-such-engine", "sarathi-serve-a100")):
+    cases = ((str(bad), "unknown key(s) ['overhead']"), ("no-such-engine", "sarathi-serve-a100"))
+    for engine, words in cases:
         assert main([*base, "--engine", engine]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and "Traceback" not in err
