@@ -22,10 +22,11 @@ Schedulers, as the papers' systems map onto sim.serving's:
 
 Engines (`engine`: the sim/engine_profiles profile of the host time each iteration of the published run
 paid, sim/serving/engine.py): Sarathi-Serve ran its own LLMEngine for both its vLLM baseline and
-Sarathi-Serve on an A100 80GB PCIe, which Vidur profiled: `sarathi-serve-a100`, exactly. DistServe ran vLLM
-(v0.2-era, Ray workers) and its own engine (a Python scheduler driving Ray workers); neither was profiled
-per iteration apart from the model forward, so its rows take the same profile as the nearest measured
-engine: a proxy (Sarathi-Serve's engine is a fork of vLLM of that era, with the same Ray workers).
+Sarathi-Serve on an A100 80GB PCIe; Vidur profiled that engine on an A100 80GB node: `sarathi-serve-a100`.
+DistServe ran vLLM (v0.2-era, Ray workers) and its own engine (a Python scheduler driving Ray workers);
+neither was profiled per iteration apart from the model forward, so its rows take the same profile as the
+nearest measured engine: a proxy (Sarathi-Serve's engine is a fork of vLLM of that era, with the same Ray
+workers).
 """
 
 from __future__ import annotations
