@@ -143,10 +143,7 @@ def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementa
     cfg = SimConfig(model=row.model, hardware=row.gpu, method="dense", input_tokens=longest[0],
                     output_tokens=longest[1], implementation=implementation,
                     hardware_overrides=dict(hardware_set or {}))
-    from sim.serving.engine import load_engine
-
-    name, _, end = (row.engine if engine == "as-run" else engine).partition("@")
-    return StepCosts(cfg, None, engine=load_engine(name).at_end(end or "value"))
+    return StepCosts(cfg, None, engine=row.engine if engine == "as-run" else engine)
 
 
 def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int]], costs: Any,
@@ -287,10 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.engine != "as-run":
         try:
-            name, _, end = args.engine.partition("@")
-            if end not in ("", "low", "high"):
-                raise SimInputError(f"--engine {args.engine!r}: after '@' give low or high")
-            load_engine(name)
+            load_engine(args.engine)
         except SimInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -85,6 +85,7 @@ def scheduler_options(command: Callable) -> Callable:
             help="serving engine whose host time per iteration (scheduling, input preparation, sampling, "
             "output processing) adds to every iteration: none (kernels only) or an engine profile "
             "(sim/engine_profiles: sarathi-serve-a100, Vidur's profile of Sarathi-Serve's vLLM-0.2-era "
-            "engine), or a path to such a YAML file",
+            "engine), or a path to such a YAML file; NAME@low or NAME@high puts every term at that end of "
+            "its range",
         ),
     ])

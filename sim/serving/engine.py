@@ -185,10 +185,14 @@ def list_engines() -> list[str]:
 
 
 def load_engine(name_or_path: str | os.PathLike[str] | EngineProfile | None) -> EngineProfile:
-    """An engine profile by shipped name (sim/engine_profiles) or YAML path; None or "none": no host time."""
+    """An engine profile by shipped name (sim/engine_profiles) or YAML path, with `@low` or `@high` for
+    every term at that end of its range; None or "none": no host time."""
     if isinstance(name_or_path, EngineProfile):
         return name_or_path
     text = DEFAULT_ENGINE if name_or_path is None else str(name_or_path)
+    base, at, end = text.rpartition("@")
+    if at and end in ("low", "high"):
+        return load_engine(base).at_end(end)
     is_path = text.endswith((".yaml", ".yml")) or os.sep in text
     if not is_path and text == DEFAULT_ENGINE:
         return NONE
@@ -196,7 +200,8 @@ def load_engine(name_or_path: str | os.PathLike[str] | EngineProfile | None) -> 
     if not is_path and not path.is_file():
         raise EngineError(
             f"--engine: unknown engine profile {text!r}; valid: {', '.join(list_engines())}, or a path to a "
-            "YAML file (sim/serving/engine.py describes the format)"
+            "YAML file (sim/serving/engine.py describes the format), each optionally with @low or @high "
+            "(every term at that end of its range)"
         )
     try:
         raw = load_yaml(read_text_file(path, "engine profile file"), f"engine profile file {path}")

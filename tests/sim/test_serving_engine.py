@@ -48,6 +48,8 @@ def test_shipped_profile_is_vidurs_five_terms() -> None:
     assert engine.iteration_s(32) == pytest.approx(2.432e-3)
     assert engine.iteration_s(32, "low") < engine.iteration_s(32) < engine.iteration_s(32, "high")
     assert engine.at_end("high").iteration_s(32) == pytest.approx(engine.iteration_s(32, "high"))
+    assert load_engine("sarathi-serve-a100@high").iteration_s(32) == pytest.approx(5.1195e-3, abs=1e-7)
+    assert load_engine("sarathi-serve-a100@low").name == "sarathi-serve-a100 (low end)"
     # high end at 32: 0.511 x 1.13 + 0.608 x 1.85 + 0.434 x 1.92 + 0.543 x 4.14 + 0.336 x 1.0 ms
     assert engine.iteration_s(32, "high") == pytest.approx(5.1195e-3, abs=1e-7)
 
@@ -110,3 +112,5 @@ def test_dse_serve_names_the_engine(capsys) -> None:
     assert "engine sarathi-serve-a100: Sarathi-Serve's engine" in capsys.readouterr().out
     assert main(base) == 0
     assert "engine none: kernels only" in capsys.readouterr().out
+    assert main([*base, "--engine", "sarathi-serve-a100@high"]) == 0
+    assert "engine sarathi-serve-a100 (high end)" in capsys.readouterr().out
