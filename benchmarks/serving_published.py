@@ -19,6 +19,14 @@ Schedulers, as the papers' systems map onto sim.serving's:
 - Sarathi-Serve: `chunked` with the paper's token budget and its 128 sequences (the same yml).
 - DistServe: `disaggregated` (prefill and decode GPUs); Figure 1's prefill-only system: vLLM's
   `prefill-first` with one output token.
+
+Engines (`engine`: the sim/engine_profiles profile of the host time each iteration of the published run
+paid, sim/serving/engine.py): Sarathi-Serve ran its own LLMEngine for both its vLLM baseline and
+Sarathi-Serve on an A100 80GB PCIe; Vidur profiled that engine on an A100 80GB node: `sarathi-serve-a100`.
+DistServe ran vLLM (v0.2-era, Ray workers) and its own engine (a Python scheduler driving Ray workers);
+neither was profiled per iteration apart from the model forward, so its rows take the same profile as the
+nearest measured engine: a proxy (Sarathi-Serve's engine is a fork of vLLM of that era, with the same Ray
+workers).
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ class PublishedServing:
         (sim.serving.SchedulerSettings fields, and the pools: prefill_gpus, decode_gpus).
     profiles: the engines of DistServe's profiled step times to run the row with as a diagnostic
         (benchmarks/distserve_profile.py: "vllm", "distserve"), none if empty.
+    engine: the engine profile (sim/engine_profiles) of the published run's per-iteration host time
+        (module docstring: exact for Sarathi-Serve, a proxy for DistServe).
     needs: features sim.serving lacks (FEATURES).
     """
 
@@ -75,6 +85,7 @@ class PublishedServing:
     settings: dict[str, object] = field(default_factory=dict)
     baseline_settings: dict[str, object] = field(default_factory=dict)
     profiles: tuple[str, ...] = ()
+    engine: str = "sarathi-serve-a100"
     needs: tuple[str, ...] = ()
     mapping: str = ""
 

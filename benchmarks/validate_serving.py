@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/validate_serving.py [--requests N]
         [--implementation ideal|as-published|both] [--rows KEY,KEY] [--json FILE]
-        [--hardware-set FIELD=VALUE ...]
+        [--hardware-set FIELD=VALUE ...] [--engine as-run|none|NAME|FILE]
 
 For each row of benchmarks/serving_published.py: the published number, ours on the same setup (model, GPU,
 request lengths, Poisson arrivals, the schedulers with the settings the published runs used, the paper's
@@ -27,12 +27,16 @@ Criteria, as the papers' own code applies them:
 The rate search is max_rate's (halve from a start rate until one meets the criterion, double until one
 fails, bisect to 5%), run on these criteria.
 
+Engine: every iteration also pays the serving engine's host time (sim/serving/engine.py); `--engine
+as-run` (the default) takes each row's engine (benchmarks/serving_published.py: Vidur's profile of
+Sarathi-Serve's engine, `sarathi-serve-a100`, exact for the Sarathi-Serve rows and a proxy for DistServe's
+vLLM and engine), `--engine none` prices kernels alone (the model before engine profiles), a name or file
+gives one profile to every row.
+
 `--hardware-set` replaces a field of the rows' hardware profiles (sim.config.SimConfig.hardware_overrides)
-for a what-if, e.g. `gpu.achievable_compute_fraction=0.70`: the fraction of peak FLOPs the linear layers
-of a 7B model reach on an A100 80GB PCIe (Azure NC96ads A100 v4, Sarathi-Serve's machine) in Vidur's
-operator profile (microsoft/vidur data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv: QKV,
-output, up and down projections at 512-4096 tokens, 0.68-0.71 of 312 TFLOPS), where the shipped A100
-profiles take 0.85.
+for a what-if, e.g. `gpu.achievable_compute_fraction=0.85`: the A100 80GB profiles' GEMM efficiency before
+it was set to 0.70 from Vidur's A100 operator profile (microsoft/vidur data/profiling/compute/a100/*/mlp.csv:
+QKV, output, up and down projections of 8 models at 512-4096 tokens, median 0.70 of 312 TFLOPS).
 
 Pricing: vLLM and Sarathi-Serve decode with paged FlashAttention kernels and CUDA graphs, not the stock
 Hugging Face eager loop the dense method's as-published pricing models, so `ideal` (hardware limits) is
@@ -131,7 +135,7 @@ def highest_rate(ok: Callable[[float], bool], start: float = START_RATE) -> tupl
 
 
 def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementation: str,
-               hardware_set: dict[str, float] | None = None) -> Any:
+               hardware_set: dict[str, float] | None = None, engine: str = "as-run") -> Any:
     from sim.config import SimConfig
     from sim.serving import StepCosts
 
@@ -139,7 +143,7 @@ def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementa
     cfg = SimConfig(model=row.model, hardware=row.gpu, method="dense", input_tokens=longest[0],
                     output_tokens=longest[1], implementation=implementation,
                     hardware_overrides=dict(hardware_set or {}))
-    return StepCosts(cfg, None)
+    return StepCosts(cfg, None, engine=row.engine if engine == "as-run" else engine)
 
 
 def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int]], costs: Any,
@@ -167,7 +171,8 @@ _RUNS: dict[str, dict[str, Any]] = {}  # rows that share their runs (same setup)
 def _ours(row: PublishedServing, lengths: list[tuple[int, int]], costs: Any, seed: int) -> dict[str, Any]:
     engine = getattr(costs, "engine", "")  # DistServe's profile, if these are its step times
     setup = repr((row.model, row.gpu, row.workload, row.criterion, row.quantity, row.scheduler, row.settings,
-                  row.baseline, row.baseline_settings, len(lengths), seed, costs.cfg, engine))
+                  row.baseline, row.baseline_settings, len(lengths), seed, costs.cfg, engine,
+                  costs.engine_profile))
     if setup not in _RUNS:
         _RUNS[setup] = _ours_uncached(row, lengths, costs, seed)
     return dict(_RUNS[setup])
@@ -185,18 +190,21 @@ def _ours_uncached(row: PublishedServing, lengths: list[tuple[int, int]], costs:
 
 
 def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: int,
-             hardware_set: dict[str, float] | None = None) -> dict[str, Any]:
+             hardware_set: dict[str, float] | None = None, engine: str = "as-run") -> dict[str, Any]:
     """One row's outcome: ours (and with DistServe's profiled step times), the ratios, or why not run."""
-    out: dict[str, Any] = {"key": row.key, "implementation": implementation, "published": row.published}
+    out: dict[str, Any] = {"key": row.key, "implementation": implementation, "published": row.published,
+                           "engine": row.engine if engine == "as-run" else engine}
     if "tensor parallelism" in row.needs:
         return {**out, "status": "not reproducible here: needs tensor parallelism (not modelled)"}
     if row.quantity == "decode_iteration_s":
         w = row.workload
-        costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set)
+        costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set, engine)
+        out["engine"] = costs.engine_profile.name
         ours = costs.decode_s(int(w["batch"]), float(w["context"]) + 1)
         return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published}
     lengths = _lengths(row, n_requests)
-    costs = step_costs(row, lengths, implementation, hardware_set)
+    costs = step_costs(row, lengths, implementation, hardware_set, engine)
+    out["engine"] = costs.engine_profile.name
     out.update(_ours(row, lengths, costs, seed), status="ok")
     out["ratio"] = out["ours"] / row.published
     from benchmarks.distserve_profile import profiled_costs
@@ -217,6 +225,8 @@ def _print(results: list[dict[str, Any]], rows: dict[str, PublishedServing]) -> 
         ours = "" if r.get("ours") is None else f"{r['ours']:.4g}"
         print(f"{r['key']:34} {r['implementation']:12} {row.published:>10.4g} {ours:>10} "
               f"{'' if ratio is None else f'{ratio:.2f}':>9}  {r['status']}{flag}")
+        if r.get("ratio") is not None:
+            print(f"{'':34} engine {r['engine']}")
         if r.get("measured"):
             base = f"; baseline {r['baseline_rate_per_gpu']:.3g}/GPU at {r['baseline_measured']}" \
                 if "baseline_rate_per_gpu" in r else ""
@@ -224,8 +234,8 @@ def _print(results: list[dict[str, Any]], rows: dict[str, PublishedServing]) -> 
         for p in r.get("profiled", []):
             print(f"{'':34} with DistServe's profiled {p['engine']} step times: {p['ours']:.4g} "
                   f"(ours/pub {p['ratio']:.2f}) at {p['measured']}")
-    print("\nsimulated on CPU from the step model (no GPU run); published values and setups: "
-          "benchmarks/serving_published.py")
+    print("\nsimulated on CPU from the step model (no GPU run) plus each row's engine host time per "
+          "iteration (sim/engine_profiles); published values and setups: benchmarks/serving_published.py")
 
 
 def _hardware_set(items: list[str]) -> dict[str, float] | None:
@@ -250,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the results as JSON")
     parser.add_argument("--hardware-set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="what-if: a hardware profile field, e.g. gpu.achievable_compute_fraction=0.70")
+                        help="what-if: a hardware profile field, e.g. gpu.achievable_compute_fraction=0.85")
+    parser.add_argument("--engine", default="as-run",
+                        help="engine host time per iteration: as-run (each row's engine), none (kernels "
+                        "alone), or an engine profile name or YAML file, with @low or @high for every "
+                        "term at that end of its range [as-run]")
     args = parser.parse_args(argv)
     rows = {r.key: r for r in ROWS}
     keys = [k.strip() for k in args.rows.split(",") if k.strip()] or list(rows)
@@ -266,13 +280,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     impls = ("ideal", "as-published") if args.implementation == "both" else (args.implementation,)
     from sim.errors import SimInputError
+    from sim.serving.engine import load_engine
+
+    if args.engine != "as-run":
+        try:
+            load_engine(args.engine)
+        except SimInputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     results = []
     for key in keys:
         for impl in impls:
             t0 = time.perf_counter()
             try:
-                res = evaluate(rows[key], args.requests, impl, args.seed, hardware_set)
+                res = evaluate(rows[key], args.requests, impl, args.seed, hardware_set, args.engine)
             except SimInputError as exc:  # a --hardware-set field the profile lacks (HardwareError)
                 print(f"error: {exc}", file=sys.stderr)
                 return 2

@@ -6,6 +6,7 @@
               [--arrival-rate R | --requests FILE | --target-rate R [--seeds K] [--prices FILE]]
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
               [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
+              [--engine none|sarathi-serve-a100|FILE]
               [--demand ...] [--implementation ...] [--json FILE]
               [--page-size ... --budget-tokens ... --dense-layers ...] [--set FIELD=VALUE]
               [--option KEY=VALUE] [--software S] [--seed S]
@@ -161,6 +162,7 @@ def command(
     kv_link_gbps: float,
     max_seqs: int | None,
     max_batched_tokens: int | None,
+    engine: str,
     n_requests: int | None,
     demand: str | None,
     implementation: str,
@@ -215,6 +217,7 @@ def command(
     from sim import SimInputError
     from sim.replay import DemandSource, Question
     from sim.serving import SchedulerSettings, Slos, StepCosts, load_requests, scheduler_model
+    from sim.serving.engine import load_engine
     from sim.serving.schedulers import check_scheduler
     from sim.validation_bands import band
 
@@ -236,6 +239,7 @@ def command(
     if json_path is not None:
         check_output_file(json_path, "--json")
     sched = tuple(check_scheduler(s) for s in split_names(schedulers, "--scheduler"))
+    engine_profile = load_engine(engine)
     price = load_prices(prices)
     fixed = load_requests(requests_file) if requests_file is not None else None
     if fixed is not None:
@@ -294,7 +298,8 @@ def command(
         verdict, ref = floor_of(ev, method, dense, min_accuracy_ratio, seed)
         accuracy = accuracy_fields(method, resolved_knobs(knobs, ans), ev, verdict, ref)
         for cell in ans.cells:
-            costs = StepCosts(cell.config, cell.priced_demand, seed)  # shared by the schedulers
+            # shared by the schedulers
+            costs = StepCosts(cell.config, cell.priced_demand, seed, engine_profile)
             for s in sched:
                 row = (
                     fleet_row(costs, s, plan, cell.hardware, input_tokens, output_tokens)
@@ -339,6 +344,7 @@ def command(
         "prefill_gpus": prefill_gpus,
         "max_gpus": max_gpus,
         "schedulers": {s: scheduler_model(s, settings) for s in sched},
+        "engine": {"name": engine_profile.name, "text": engine_profile.label(), "file": engine_profile.path},
         "demand": {
             "label": "; ".join(labels),
             "provenance": "each method its own demand" if demand is None else ans.demand.provenance,

@@ -50,7 +50,7 @@ def slo_options(command: Callable) -> Callable:
 
 
 def scheduler_options(command: Callable) -> Callable:
-    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens."""
+    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens, --engine."""
     return _apply(command, [
         click.option(
             "--scheduler", "schedulers", default="blocking,chunked,disaggregated", show_default=True,
@@ -79,5 +79,13 @@ def scheduler_options(command: Callable) -> Callable:
             "--max-batched-tokens", type=number(TOKENS), default=None,
             help="prefill-first: prompt tokens one prefill iteration takes at most, vLLM's "
             "max_num_batched_tokens [none: memory alone]",
+        ),
+        click.option(
+            "--engine", default="none", show_default=True,
+            help="serving engine whose host time per iteration (scheduling, input preparation, sampling, "
+            "output processing) adds to every iteration: none (kernels only) or an engine profile "
+            "(sim/engine_profiles: sarathi-serve-a100, Vidur's profile of Sarathi-Serve's vLLM-0.2-era "
+            "engine), or a path to such a YAML file; NAME@low or NAME@high puts every term at that end of "
+            "its range",
         ),
     ])

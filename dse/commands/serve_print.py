@@ -176,6 +176,7 @@ def print_serve(payload: dict) -> None:
     console.print(f"serving model: {payload['model_of_serving']}")
     for text in payload["schedulers"].values():
         console.print(f"  scheduler {text}")
+    console.print(f"  engine {payload['engine']['text']} (--engine; host time added to every iteration)")
     fleet = payload["mode"] == "fewest GPUs at the target rate"
     console.print(_fleet_table(payload) if fleet else _rate_table(payload))
     _print_failures(console, payload, fleet)

