@@ -10,12 +10,14 @@ and `--overlap false` (speedup/scripts/figure14-16/run.sh):
   pytorch_backend.py:291-300), shape (prompt + gen - 1, batch x heads, head_dim): one layer's K (or V) is
   one contiguous block.
 - Attention runs on the GPU: `cpu_cache_compute` is off (the flag `--cpu-cache-compute` is not given,
-  original/flex_opt.py:1285, infinigen/flex_opt.py:1430), so `load_cache` takes path 0 ("Direct copy", original/flex_opt.py:338-368,
-  infinigen/flex_opt.py:363-397): the layer's whole past K and V, `k_home.smart_copy(dst, indices)` with
-  indices (0 : prompt_len + i, all heads), two copies per layer and step.
+  original/flex_opt.py:1285, infinigen/flex_opt.py:1430), so `load_cache` takes path 0 ("Direct copy",
+  original/flex_opt.py:338-368, infinigen/flex_opt.py:363-397): the layer's whole past K and V,
+  `k_home.smart_copy(dst, indices)` with indices (0 : prompt_len + i, all heads), two copies per layer
+  and step.
 - `generation_loop_normal` (original/flex_opt.py:912-927; infinigen/flex_opt.py:1055-1075) runs per
-  sub-layer load_cache, compute, `self.sync()` (torch.cuda.synchronize, original/flex_opt.py:793-795, infinigen/flex_opt.py:932-934), store_cache, all on
-  the default stream with no overlap: the load precedes the sub-layer's compute.
+  sub-layer load_cache, compute, `self.sync()` (torch.cuda.synchronize, original/flex_opt.py:793-795,
+  infinigen/flex_opt.py:932-934), store_cache, all on the default stream with no overlap: the load
+  precedes the sub-layer's compute.
 - A copy from pageable memory goes through `general_copy`'s last branches (original/pytorch_backend.py
   :844-856: `dst.copy_(src, non_blocking=True)` from the pageable tensor; its `src.pin_memory()` relay is
   commented out at :850): the

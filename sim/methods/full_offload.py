@@ -64,11 +64,13 @@ class FullOffload(DecoderMethod):
 
     def own_ops(self, ctx: CostContext) -> OwnOps:
         if self._flexgen(ctx):  # load, compute, sync, store, all in program order (module docstring)
+            fetch = OpSpec("fetch", ("recall_sync", "h2d"), host_sync=True, category="recall")
+            writeback = OpSpec(
+                "writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"
+            )
             return OwnOps(
-                before_qkv=(OpSpec("fetch", ("recall_sync", "h2d"), host_sync=True, category="recall"),),
-                after_out_proj=(
-                    OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"),
-                ),
+                before_qkv=(fetch,),
+                after_out_proj=(writeback,),
                 attention_deps=(Dep("fetch"),),
                 syncs=frozenset({"out_proj", "ffn"}),
             )

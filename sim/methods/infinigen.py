@@ -121,7 +121,9 @@ class InfiniGen(DecoderMethod):
         if ctx.as_published:  # FlexGen's loop: device sync after each sub-layer (module docstring)
             gather = OpSpec("gather", (), (Dep("speculate"),), category="recall")
             load = OpSpec("load", ("recall_sync", "h2d"), host_sync=True, category="recall")
-            writeback = OpSpec("writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload")
+            writeback = OpSpec(
+                "writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"
+            )
             return OwnOps(
                 before_qkv=(load,),
                 after_qkv=(speculate,),
