@@ -44,7 +44,7 @@ the new KV, issues the next layer's prefetch, runs the MLP sub-layer and synchro
   max, threshold (sub, unsqueeze, repeat), where/ones_like/zeros_like, sum, mean, topk: 12 eager ops +
   2 Python steps, and `.item()` of the mean count (:58): a read-back, the host waits (host_sync). On the
   same stream, each speculated layer appends its new token to its partial key cache with `torch.cat`
-  (flex_opt.py:535-536, set_partial_cache's gather + cat: 2 eager ops), a copy of the whole partial
+  (flex_opt.py:541-542, set_partial_cache's gather + cat: 2 eager ops), a copy of the whole partial
   cache every step (read and write of context x heads x partial_ratio x d elements).
 - attention (_attention_value / _attention_weights: bmm, mask, softmax, bmm, views): 6 eager ops.
 - out_proj: F.linear + residual add, 2 eager ops; then the device sync of flex_opt.py:1070 (host_sync).
