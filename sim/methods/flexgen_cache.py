@@ -25,6 +25,10 @@ and `--overlap false` (speedup/scripts/figure14-16/run.sh):
   Runtime API, "API synchronization behavior"): the host thread waits. Each staged chunk's DMA overlaps
   the next chunk's staging, so a copy takes the longer of the link time and the staging time (software
   profile `pageable_staging_s_per_gb`, one host thread's memcpy).
+- Decode attention (`mha_gen`, infinigen/pytorch_backend.py:381-437, original likewise) appends the new
+  token with `torch.cat((k, k_new))` and `torch.cat((v, v_new))` (:431-432), then lays K and V out for
+  `bmm` with `permute(...).reshape(...)` of a non-contiguous view (:435, :437), i.e. two more copies: each
+  of K and V is read and written twice before the attention reads it (`mha_gen_copies_s`).
 - `store_cache` writes the new token's K and V to the pageable cache (original/flex_opt.py:405-422 ->
   `general_copy`'s normal path, :852-856, for a one-token source): a device-to-host copy into pageable
   memory returns once complete, so the host waits.
@@ -36,7 +40,7 @@ import numpy as np
 
 from sim.methods.base import CostContext, Transfer
 
-__all__ = ["pageable_copy_s", "pageable_transfer"]
+__all__ = ["mha_gen_copies_s", "pageable_copy_s", "pageable_transfer"]
 
 
 def pageable_copy_s(ctx: CostContext, bytes_per_copy: np.ndarray, direction: str) -> np.ndarray:
@@ -71,3 +75,12 @@ def pageable_transfer(
         issue_threads=1,
         issuer="host",
     )
+
+
+def mha_gen_copies_s(ctx: CostContext, attended_tokens: np.ndarray) -> np.ndarray:
+    """(S, L) GPU seconds of `mha_gen`'s copies of the attended K and V (module docstring: a `torch.cat`
+    and a permute-reshape copy each, 4 kernels) over `attended_tokens` per (sequence, head), (S, L)."""
+    m, b = ctx.model, ctx.cfg.batch_size
+    token_bytes = 2 * m.head_dim * ctx.cfg.dtype_bytes  # K and V of one token of one head
+    kv_bytes = b * m.n_kv_heads * np.asarray(attended_tokens, dtype=np.float64) * token_bytes
+    return np.asarray(ctx.cost.kernel_s(0.0, 2 * 2 * kv_bytes, 4), dtype=np.float64)  # 2 copies, read + write

@@ -19,11 +19,12 @@ recipes of sim/methods/eager.py. "ideal" charges no host cost and keeps the writ
 
 Option `runtime` "flexgen": FlexGen's own loop as InfiniGen's speedup scripts run it (the baseline
 "FlexGen" of InfiniGen's Fig. 14-16; sim/methods/flexgen_cache.py has the code lines): the cache in
-pageable host memory, per layer the whole past K and V copied to the GPU (`load` before the layer's
-QKV, the host waiting for the driver's staging), attention on the GPU, a device sync after the attention
-sub-layer and after the MLP sub-layer (`generation_loop_normal`, --overlap false), then the new token's K
-and V stored to the pageable cache (the host waits); FlexGen's eager OPT decoder ops
-(sim/methods/infinigen.FLEXGEN_DECODER). Its ideal mode is the ideal full offload above.
+pageable host memory, per layer the whole past K and V copied to the GPU (`fetch` before the layer's
+QKV, the host waiting for the driver's staging), attention on the GPU after `mha_gen`'s copies of K
+and V, a device sync after the attention sub-layer and after the MLP sub-layer
+(`generation_loop_normal`, --overlap false), then the new token's K and V stored to the pageable cache
+(the host waits); FlexGen's eager OPT decoder ops (sim/methods/infinigen.FLEXGEN_DECODER). Its ideal
+mode is the ideal full offload above.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, context_attention_s
 from sim.methods.eager import HF_DECODER, DecoderRecipe
-from sim.methods.flexgen_cache import pageable_transfer
+from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps
 from sim.methods.infinigen import FLEXGEN_DECODER
 from traces.models import ModelSpec
@@ -85,6 +86,8 @@ class FullOffload(DecoderMethod):
         )
 
     def attention_s(self, ctx: CostContext) -> np.ndarray:
+        if self._flexgen(ctx):  # mha_gen's cat and permute-reshape copies of K and V before the bmm
+            return context_attention_s(ctx) + mha_gen_copies_s(ctx, ctx.full(ctx.demand.context_tokens))
         return context_attention_s(ctx)
 
     def own_work(self, ctx: CostContext) -> dict[str, Work]:

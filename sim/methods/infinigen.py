@@ -46,7 +46,8 @@ the new KV, issues the next layer's prefetch, runs the MLP sub-layer and synchro
   same stream, each speculated layer appends its new token to its partial key cache with `torch.cat`
   (flex_opt.py:541-542, set_partial_cache's gather + cat: 2 eager ops), a copy of the whole partial
   cache every step (read and write of context x heads x partial_ratio x d elements).
-- attention (_attention_value / _attention_weights: bmm, mask, softmax, bmm, views): 6 eager ops.
+- attention (_attention_value / _attention_weights: bmm, mask, softmax, bmm, views): 6 eager ops; before
+  it `mha_gen` copies the attended K and V twice (torch.cat, permute-reshape: flexgen_cache.py).
 - out_proj: F.linear + residual add, 2 eager ops; then the device sync of flex_opt.py:1070 (host_sync).
 - load: the layers InfiniGen does not speculate (layer 0, layer 1) load their whole past K and V from
   FlexGen's pageable host cache before the layer, the host waiting (sim/methods/flexgen_cache.py; all
@@ -72,7 +73,7 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, prefill_offload_exposed_s
 from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
-from sim.methods.flexgen_cache import pageable_transfer
+from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
@@ -163,7 +164,10 @@ class InfiniGen(DecoderMethod):
         tokens = np.minimum(context, ctx.cfg.budget_tokens)
         offloaded = self.offloaded_layers(ctx.cfg, ctx.model)
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
-        return np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
+        attention = np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
+        if ctx.as_published:  # FlexGen's mha_gen copies K and V twice before its bmm (flexgen_cache.py)
+            attention = attention + mha_gen_copies_s(ctx, attended * np.ones(ctx.shape))
+        return attention
 
     def _targets(self, ctx: CostContext) -> np.ndarray:
         """(L,) bool: layers whose work serves an offloaded next layer (nothing at the last layer)."""

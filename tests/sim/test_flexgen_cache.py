@@ -53,7 +53,7 @@ def test_flexgen_fetch_is_the_whole_past_at_the_slower_of_link_and_staging() -> 
 def test_flexgen_step_is_its_serial_whole_cache_loads_and_runtime_changes_only_as_published() -> None:
     flex = run_simulation(_cfg("full-offload", "as-published", method_options={"runtime": "flexgen"}))
     hf = run_simulation(_cfg("full-offload", "as-published"))
-    assert flex.breakdown_s["fetch"] > 0.8 * float(flex.step_latency_s.mean())  # transfer-bound, no overlap
+    assert flex.breakdown_s["fetch"] > 0.7 * float(flex.step_latency_s.mean())  # transfer-bound, no overlap
     assert float(flex.step_latency_s.mean()) > float(hf.step_latency_s.mean())  # pageable, serial loads
     options = ({}, {"runtime": "flexgen"})
     ideal = [run_simulation(_cfg("full-offload", "ideal", method_options=o)) for o in options]
