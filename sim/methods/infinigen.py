@@ -7,7 +7,8 @@ infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (doc
 
 - The KV cache of every layer except layers 0 and 1 lives in host memory (kept whole on the GPU: the
   code speculates from layer 2 on, accuracy/src/modeling_llama_ours.py:703-704, speedup/flexgen/
-  infinigen/flex_opt.py:287; knob `dense_layer_1` false keeps only layer 0, the FreeKV paper's setup).
+  infinigen/flex_opt.py:287; knob `dense_layer_1` false keeps only layer 0, the FreeKV paper's setup;
+  as published they stay in FlexGen's host cache and are loaded whole every step, see `load` below).
   The GPU keeps, per layer, a partial key cache (`partial_ratio` of the channels of the skewed keys,
   every token; 0.2 is the code's `--partial-weight-ratio`) and partial query weights.
 - At layer i, right after the attention input is formed, InfiniGen speculates layer i+1
