@@ -14,7 +14,8 @@ against published results", says which rows are off and why.
 
 Demand: the methods' own selection demand is not measured yet, so rows whose cost depends on it use a
 stated synthetic demand taken from the same paper (never fitted): ShadowKV's 60% cut of fetched data by
-its chunk cache (hit 0.6), ArkVale's average page recalls per decoding step (its Fig. 4b).
+its chunk cache (hit 0.6), ArkVale's average page recalls per decoding step (its Fig. 4b), InfiniGen's
+average count of important tokens per head at sequence 2048 (its Fig. 16a: 73).
 Runs in about half a minute on a 2-core machine from a fresh clone.
 
 --write-bands: every row in both modes, and the FreeKV held-out check (benchmarks/heldout_freekv.py, all

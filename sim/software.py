@@ -73,11 +73,16 @@ SOFTWARE_FIELDS: dict[str, str] = {
     "python_list_elem_s": "host time per element of a Python list turned into a tensor (torch.tensor(list))",
     "managed_page_fault_s": "one fault on cudaMallocManaged memory last touched by the other processor "
     "(the page migrates), on the side that touches it",
+    "pageable_staging_s_per_gb": "host time per GB the CUDA driver spends staging a copy from pageable host "
+    "memory through its pinned buffer (the calling thread waits for it)",
 }
 
 
 # fields added after the first profiles: a file without them takes the default shipped profile's entry
-LATER_FIELDS = ("torch_gather_row_s", "host_copy_s_per_gb", "python_list_elem_s", "managed_page_fault_s")
+LATER_FIELDS = (
+    "torch_gather_row_s", "host_copy_s_per_gb", "python_list_elem_s", "managed_page_fault_s",
+    "pageable_staging_s_per_gb",
+)
 
 
 class SoftwareError(SimInputError):
@@ -109,6 +114,7 @@ class SoftwareProfile:
     host_copy_s_per_gb: float
     python_list_elem_s: float
     managed_page_fault_s: float
+    pageable_staging_s_per_gb: float
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 

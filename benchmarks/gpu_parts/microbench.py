@@ -15,9 +15,10 @@ rows, the NHD layout of 8 KV heads), cudaMemcpyBatchAsync (one call for all n co
 `uva_gather`, `uva_gather_blocks` (microbench_selection.py): torch.topk at ShadowKV's and page-selection
 shapes against a roofline read, a zero-copy gather of runs from pinned host memory against a bulk copy,
 and the same gather with ShadowKV's grid (one block per sequence and KV head looping over its chunks).
-Tables `svd`, `memcpy2d_one_row`, `readback` (microbench_host_paths.py): ShadowKV's torch.svd at its
-shapes, FreeKV's NHD recall of 64 one-row cudaMemcpy2DAsync per head-page, read-back latency after a
-kernel. None of these CUDA tables has run on a GPU yet.
+Tables `svd`, `memcpy2d_one_row`, `readback`, `managed_flag_fault`, `pageable_copy`
+(microbench_host_paths.py): ShadowKV's torch.svd at its shapes, FreeKV's NHD recall of 64 one-row
+cudaMemcpy2DAsync per head-page, read-back latency after a kernel, FreeKV's managed-flag faults, and
+copies from and to pageable host memory (FlexGen's KV cache). None of these CUDA tables has run on a GPU yet.
 Without CUDA only the host-side items run (thread hand-off, Python call into an extension, eager CPU
 op), labelled device "cpu"; every CUDA item is listed under "skipped".
 """

@@ -18,6 +18,12 @@ Tables added to microbench.json by `host_path_tables(doc, quick, device_s)`:
   a managed int the GPU wrote last, against the same read once the page is on the host; and a one-thread
   kernel writing it after the host read, against the same kernel writing it twice in a row (the software
   profile's `managed_page_fault_s`, an estimate until this runs).
+- `pageable_copy`: FlexGen's KV cache is pageable host memory (InfiniGen's speedup code,
+  speedup/flexgen/*/pytorch_backend.py `init_cache_one_gpu_batch`: pin_memory = False) copied with
+  `dst.copy_(src, non_blocking=True)`: host seconds the call blocks and wall seconds to completion, by size
+  (16-256 MiB), host-to-device from pageable and from pinned memory and device-to-host into pageable
+  memory; the blocking call's seconds per GB is the software profile's `pageable_staging_s_per_gb` (an
+  estimate until this runs) on the machine that runs it.
 Each item is independent; a failure is recorded under doc["errors"] and the others run.
 """
 
@@ -31,7 +37,10 @@ import torch
 
 __all__ = ["host_path_tables", "svd_flops", "TABLES", "FP16_DENSE_TFLOPS"]
 
-TABLES = ("tables.svd", "tables.memcpy2d_one_row", "tables.readback", "tables.managed_flag_fault")
+TABLES = (
+    "tables.svd", "tables.memcpy2d_one_row", "tables.readback", "tables.managed_flag_fault",
+    "tables.pageable_copy",
+)
 # Dense FP16 tensor peaks (datasheets): A100 312, H100 SXM 989, H100 PCIe 756, H200 989 TFLOP/s
 FP16_DENSE_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0}
 KV_WIDTH = 1024  # n_kv * d of Llama-3-8B (8 x 128)
@@ -196,6 +205,39 @@ def managed_flag_fault_table(doc: dict[str, Any], rt: Any, quick: bool) -> None:
         rt.free(flag)
 
 
+def pageable_copy_table(doc: dict[str, Any], quick: bool) -> None:
+    sizes = (16 << 20,) if quick else (16 << 20, 64 << 20, 256 << 20)
+    reps = 3 if quick else 10
+    rows = []
+    for size in sizes:
+        elems = size // 2
+        dev = torch.empty(elems, dtype=torch.float16, device="cuda")
+        pageable = torch.ones(elems, dtype=torch.float16)  # touched: resident, not pinned
+        pinned = torch.ones(elems, dtype=torch.float16).pin_memory()
+        cases = (  # direction, host memory, destination, source
+            ("h2d", "pageable", dev, pageable),
+            ("h2d", "pinned", dev, pinned),
+            ("d2h", "pageable", pageable, dev),
+        )
+        for direction, memory, dst, src in cases:
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize()
+            call, wall = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                dst.copy_(src, non_blocking=True)
+                t1 = time.perf_counter()
+                torch.cuda.synchronize()
+                call.append(t1 - t0)
+                wall.append(time.perf_counter() - t0)
+            call_s, wall_s = sorted(call)[reps // 2], sorted(wall)[reps // 2]
+            rows.append({
+                "direction": direction, "host_memory": memory, "bytes": size, "call_s": call_s,
+                "wall_s": wall_s, "gbps": size / wall_s / 1e9, "call_s_per_gb": call_s / (size / 1e9),
+            })
+    doc["tables"]["pageable_copy"] = rows
+
+
 def host_path_tables(doc: dict[str, Any], quick: bool, rt: Any) -> None:
     """Run the tables; each failure goes to doc["errors"] under its table name."""
     items: tuple[tuple[str, Callable[[], None]], ...] = (
@@ -203,6 +245,7 @@ def host_path_tables(doc: dict[str, Any], quick: bool, rt: Any) -> None:
         ("memcpy2d_one_row", lambda: memcpy2d_one_row_table(doc, rt, quick)),
         ("readback", lambda: readback_table(doc, quick)),
         ("managed_flag_fault", lambda: managed_flag_fault_table(doc, rt, quick)),
+        ("pageable_copy", lambda: pageable_copy_table(doc, quick)),
     )
     for name, fn in items:
         try:

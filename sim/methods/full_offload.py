@@ -15,8 +15,16 @@ sync after the layer's QKV), `evict_previous_layer` copies the previous layer's 
 to the host with `.to("cpu", non_blocking=True)` and `prefetch_layer` copies the next layer's K and V to
 the GPU on a prefetch stream): per layer two whole-layer host-to-device copies (K, V, batch included) and
 two whole-layer device-to-host copies, issued by the main thread as torch copies; the decoder ops as the HF
-recipes of sim/methods/eager.py. FlexGen's own runtime is not modelled. "ideal" charges no host cost and
-keeps the write-back to the new token.
+recipes of sim/methods/eager.py. "ideal" charges no host cost and keeps the write-back to the new token.
+
+Option `runtime` "flexgen": FlexGen's own loop as InfiniGen's speedup scripts run it (the baseline
+"FlexGen" of InfiniGen's Fig. 14-16; sim/methods/flexgen_cache.py has the code lines): the cache in
+pageable host memory, per layer the whole past K and V copied to the GPU (`fetch` before the layer's
+QKV, the host waiting for the driver's staging), attention on the GPU after `mha_gen`'s copies of K
+and V, a device sync after the attention sub-layer and after the MLP sub-layer
+(`generation_loop_normal`, --overlap false), then the new token's K and V stored to the pageable cache
+(the host waits); FlexGen's eager OPT decoder ops (sim/methods/infinigen.FLEXGEN_DECODER). Its ideal
+mode is the ideal full offload above.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ import numpy as np
 from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, context_attention_s
+from sim.methods.eager import HF_DECODER, DecoderRecipe
+from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps
+from sim.methods.infinigen import FLEXGEN_DECODER
 from traces.models import ModelSpec
 
 __all__ = ["FullOffload"]
@@ -45,7 +56,25 @@ class FullOffload(DecoderMethod):
         "Sheng et al., FlexGen: High-Throughput Generative Inference of LLMs with a Single GPU (ICML 2023)",
     )
 
+    def _flexgen(self, ctx: CostContext) -> bool:
+        """FlexGen's own loop is priced (option runtime "flexgen", as published)."""
+        return ctx.as_published and self.knobs.runtime == "flexgen"
+
+    def recipe(self) -> DecoderRecipe:
+        return FLEXGEN_DECODER if self.knobs.runtime == "flexgen" else HF_DECODER
+
     def own_ops(self, ctx: CostContext) -> OwnOps:
+        if self._flexgen(ctx):  # load, compute, sync, store, all in program order (module docstring)
+            fetch = OpSpec("fetch", ("recall_sync", "h2d"), host_sync=True, category="recall")
+            writeback = OpSpec(
+                "writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"
+            )
+            return OwnOps(
+                before_qkv=(fetch,),
+                after_out_proj=(writeback,),
+                attention_deps=(Dep("fetch"),),
+                syncs=frozenset({"out_proj", "ffn"}),
+            )
         # as published, OffloadedCache.__getitem__ synchronises the current stream every layer
         return OwnOps(
             before_qkv=(
@@ -57,10 +86,26 @@ class FullOffload(DecoderMethod):
         )
 
     def attention_s(self, ctx: CostContext) -> np.ndarray:
+        if self._flexgen(ctx):  # mha_gen's cat and permute-reshape copies of K and V before the bmm
+            return context_attention_s(ctx) + mha_gen_copies_s(ctx, ctx.full(ctx.demand.context_tokens))
         return context_attention_s(ctx)
 
     def own_work(self, ctx: CostContext) -> dict[str, Work]:
+        if self._flexgen(ctx):
+            return self._flexgen_work(ctx)
         return self._published_work(ctx) if ctx.as_published else self._ideal_work(ctx)
+
+    def _flexgen_work(self, ctx: CostContext) -> dict[str, Work]:
+        """FlexGen: the layer's whole past K and V (two copies, batch included) from the pageable cache, the
+        new token's K and V (two copies) back to it."""
+        b = ctx.cfg.batch_size
+        layer_token_bytes, past = self._past_bytes(ctx)
+        kv = 2
+        ones = np.ones(ctx.shape, dtype=np.int64)
+        return {
+            "fetch": pageable_transfer(ctx, "h2d", kv * ones, past * b / kv),
+            "writeback": pageable_transfer(ctx, "d2h", kv * ones, ctx.full(layer_token_bytes * b / kv)),
+        }
 
     @staticmethod
     def _past_bytes(ctx: CostContext) -> tuple[int, np.ndarray]:

@@ -7,7 +7,8 @@ infinigen/pytorch_backend.py, speedup/scripts/figure14/run.sh). Assumptions (doc
 
 - The KV cache of every layer except layers 0 and 1 lives in host memory (kept whole on the GPU: the
   code speculates from layer 2 on, accuracy/src/modeling_llama_ours.py:703-704, speedup/flexgen/
-  infinigen/flex_opt.py:287; knob `dense_layer_1` false keeps only layer 0, the FreeKV paper's setup).
+  infinigen/flex_opt.py:287; knob `dense_layer_1` false keeps only layer 0, the FreeKV paper's setup;
+  as published they stay in FlexGen's host cache and are loaded whole every step, see `load` below).
   The GPU keeps, per layer, a partial key cache (`partial_ratio` of the channels of the skewed keys,
   every token; 0.2 is the code's `--partial-weight-ratio`) and partial query weights.
 - At layer i, right after the attention input is formed, InfiniGen speculates layer i+1
@@ -42,11 +43,18 @@ the new KV, issues the next layer's prefetch, runs the MLP sub-layer and synchro
   (pytorch_backend.py:396-418): 8 eager ops + 6 Python view steps.
 - speculate (layer i for layer i+1, kv_selection_controller.py:28-62): partial-query F.linear, bmm,
   max, threshold (sub, unsqueeze, repeat), where/ones_like/zeros_like, sum, mean, topk: 12 eager ops +
-  2 Python steps, and `.item()` of the mean count (:58): a read-back, the host waits (host_sync).
-- attention (_attention_value / _attention_weights: bmm, mask, softmax, bmm, views): 6 eager ops.
+  2 Python steps, and `.item()` of the mean count (:58): a read-back, the host waits (host_sync). On the
+  same stream, each speculated layer appends its new token to its partial key cache with `torch.cat`
+  (flex_opt.py:541-542, set_partial_cache's gather + cat: 2 eager ops), a copy of the whole partial
+  cache every step (read and write of context x heads x partial_ratio x d elements).
+- attention (_attention_value / _attention_weights: bmm, mask, softmax, bmm, views): 6 eager ops; before
+  it `mha_gen` copies the attended K and V twice (torch.cat, permute-reshape: flexgen_cache.py).
 - out_proj: F.linear + residual add, 2 eager ops; then the device sync of flex_opt.py:1070 (host_sync).
-- writeback: store_cache copies the new K and V to the host pool: 2 copies issued by the host thread
-  (torch copy of a slice each).
+- load: the layers InfiniGen does not speculate (layer 0, layer 1) load their whole past K and V from
+  FlexGen's pageable host cache before the layer, the host waiting (sim/methods/flexgen_cache.py; all
+  layers' caches are on the host at --percent 100 0 0 100 100 0).
+- writeback: store_cache copies the new K and V of every layer to the pageable host cache: 2 copies
+  issued by the host thread, which waits for each (a device-to-host copy into pageable memory).
 - gather (pure host work): select_kv (kv_selection_controller.py:21-24) moves the indices to the CPU
   (`.to(k_cache.device)`, a read-back), builds flat indices (2 CPU ops) and gathers K and V with two
   F.embedding on the CPU (the host thread reads the scattered rows and writes them contiguously).
@@ -66,6 +74,7 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, prefill_offload_exposed_s
 from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
+from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
@@ -113,10 +122,15 @@ class InfiniGen(DecoderMethod):
         attention_deps = (Dep("prefetch", "prev_layer"),)
         if ctx.as_published:  # FlexGen's loop: device sync after each sub-layer (module docstring)
             gather = OpSpec("gather", (), (Dep("speculate"),), category="recall")
+            load = OpSpec("load", ("recall_sync", "h2d"), host_sync=True, category="recall")
+            writeback = OpSpec(
+                "writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"
+            )
             return OwnOps(
+                before_qkv=(load,),
                 after_qkv=(speculate,),
                 after_out_proj=(writeback, gather, prefetch),
-                attention_deps=attention_deps,
+                attention_deps=(*attention_deps, Dep("load")),
                 syncs=frozenset({"out_proj", "ffn"}),
             )
         # host side (no GPU resource): read the indices back, gather ("cpu"); the host waits for it
@@ -151,7 +165,10 @@ class InfiniGen(DecoderMethod):
         tokens = np.minimum(context, ctx.cfg.budget_tokens)
         offloaded = self.offloaded_layers(ctx.cfg, ctx.model)
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
-        return np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
+        attention = np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
+        if ctx.as_published:  # FlexGen's mha_gen copies K and V twice before its bmm (flexgen_cache.py)
+            attention = attention + mha_gen_copies_s(ctx, attended * np.ones(ctx.shape))
+        return attention
 
     def _targets(self, ctx: CostContext) -> np.ndarray:
         """(L,) bool: layers whose work serves an offloaded next layer (nothing at the last layer)."""
@@ -165,6 +182,9 @@ class InfiniGen(DecoderMethod):
         offloaded = self.offloaded_layers(cfg, m)
         pub = ctx.as_published
         token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
+        if pub:
+            return {**self._pageable_cache_work(ctx), "speculate": self._speculate(ctx),
+                    **self._gather_and_prefetch(ctx)}
         return {
             "writeback": Transfer(
                 direction="d2h",
@@ -177,6 +197,23 @@ class InfiniGen(DecoderMethod):
             ),
             "speculate": self._speculate(ctx),
             **self._gather_and_prefetch(ctx),
+        }
+
+    def _pageable_cache_work(self, ctx: CostContext) -> dict[str, Work]:
+        """As published: FlexGen keeps every layer's KV in its pageable host cache (sim/methods/
+        flexgen_cache.py). Layers InfiniGen does not speculate (layer 0, layer 1 with `dense_layer_1`, and
+        SimConfig.dense_layers) load their whole past K and V before the layer (flex_opt.py:799-803 calls
+        `load_cache` for every attention layer but attn_layer[2:], path 0 at :384-397); every layer
+        stores the new token's K and V (store_cache, flex_opt.py:1072)."""
+        b, m = ctx.cfg.batch_size, ctx.model
+        layer_token_bytes = 2 * m.n_kv_heads * m.head_dim * ctx.cfg.dtype_bytes
+        whole = ~self.offloaded_layers(ctx.cfg, m)
+        past = ctx.full(ctx.demand.context_tokens - 1) * layer_token_bytes * b  # K and V, one layer
+        kv = 2
+        ones = np.ones(ctx.shape, dtype=np.int64)
+        return {
+            "load": pageable_transfer(ctx, "h2d", np.where(whole[None, :], kv, 0) * ones, past / kv),
+            "writeback": pageable_transfer(ctx, "d2h", kv * ones, ctx.full(layer_token_bytes * b / kv)),
         }
 
     @staticmethod
@@ -199,10 +236,14 @@ class InfiniGen(DecoderMethod):
         )
         speculate = np.where(target[None, :], (spec_gemv + spec_scores)[:, None], 0.0)
         at_target = np.where(target[None, :], 1.0, 0.0) * np.ones(ctx.shape)
-        return Kernel(
-            np.asarray(speculate, dtype=np.float64),
-            host_s=at_target * host_s(ctx, HostOps(torch_ops=12, python_ops=2, readbacks=1)),
-        )
+        spec_host = at_target * host_s(ctx, HostOps(torch_ops=12, python_ops=2, readbacks=1))
+        if ctx.as_published:  # the partial key cache grows by torch.cat every step (a whole copy)
+            offloaded = self.offloaded_layers(cfg, m)
+            partial_bytes = b * m.n_kv_heads * context * part * dt  # (S,) one layer's partial keys
+            grow = cost.kernel_s(0.0, 2.0 * partial_bytes, 2)  # read the old cache, write the new one
+            speculate = speculate + np.where(offloaded[None, :], np.asarray(grow)[:, None], 0.0)
+            spec_host = spec_host + np.where(offloaded[None, :], 1.0, 0.0) * host_s(ctx, HostOps(torch_ops=2))
+        return Kernel(np.asarray(speculate, dtype=np.float64), host_s=spec_host)
 
     def _gather_and_prefetch(self, ctx: CostContext) -> dict[str, Work]:
         """The gather of the speculated tokens (host or copy engine) and their prefetch (module docstring)."""

@@ -52,6 +52,13 @@ def test_every_retrieval_peer_is_accounted_for_with_rows_or_listed_numbers() -> 
         assert all(c.sentence and c.setup and c.reason for c in listed)
 
 
+def test_infinigen_has_its_own_measured_rows_on_its_testbed() -> None:
+    rows = [r for r in _module().all_rows() if r.method == "infinigen"]
+    assert len(rows) == 3 and all(r.measured for r in rows)
+    assert all("rtx-a6000-pcie3" in r.setup and "OPT-13B" in r.setup for r in rows)
+    assert {r.unit for r in rows} == {"tok/s", "x"}
+
+
 def test_tallies_keep_measurements_and_projections_apart(capsys) -> None:
     assert _module().main(["--only", "shadowkv/yi-9b-200k/60k", "--mode", "as-published"]) == 0
     out = capsys.readouterr().out

@@ -62,6 +62,22 @@ def test_sampled_rows_predict_the_checked_in_ratios() -> None:
         assert row["ratio"] == pytest.approx(stored[row["key"]], abs=2e-4), (row["key"], STALE)
 
 
+def test_infinigen_rows_predict_the_checked_in_ratios_and_count_in_its_band() -> None:
+    """InfiniGen's own numbers (its FlexGen testbed; a few seconds): both throughputs and the speedup over
+    FlexGen, and the band that counts them."""
+    vs = _vs()
+    rows = [r for r in vs.all_rows() if r.method == "infinigen"]
+    assert [r.key for r in rows] == [
+        "infinigen/throughput/b4", "infinigen/throughput/b20", "infinigen/speedup-over-flexgen/2048"
+    ]
+    fresh = build_document(vs.band_records(vs.evaluate(rows)))["rows"]
+    stored = {r["key"]: r["ratio"] for r in _checked_in()["rows"]}
+    for row in fresh:
+        assert row["ratio"] == pytest.approx(stored[row["key"]], abs=2e-4), (row["key"], STALE)
+    b = band("infinigen", "as-published")
+    assert b.checked and b.rows == 3 and b.projections == 0
+
+
 @pytest.mark.slow
 def test_whole_regeneration_equals_the_checked_in_file() -> None:
     fresh, stored = _vs().bands_document(), _checked_in()

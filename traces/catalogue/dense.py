@@ -20,7 +20,12 @@ class DenseKnobs(MethodKnobs):
 
 @dataclass(frozen=True)
 class FullOffloadKnobs(MethodKnobs):
-    """Full offload: nothing to choose (every layer's KV streamed every step)."""
+    """Full offload: every layer's KV streamed every step; `runtime` picks the code priced as published."""
+
+    runtime: str = knob("hf", "the code priced as published: a stock Hugging Face eager decoder with "
+                        "OffloadedCache (hf) or FlexGen's loop with the cache in pageable host memory and "
+                        "--overlap false (flexgen, InfiniGen's baseline)", side="simulator",
+                        choices=("hf", "flexgen"))
 
 
 ENTRIES = (
