@@ -57,7 +57,8 @@ def _lazy_reference(prompt: tuple, steps: list, rule: str) -> tuple[list[torch.T
             if n <= capacity or not due:
                 continue
             old = range(n - W)  # every slot but the W newest
-            ranked = sorted(old, key=lambda i: (_importance(head["last"][i], head["mri"][i], c), head["ids"][i]))
+            score = [_importance(head["last"][i], head["mri"][i], c) for i in range(n)]
+            ranked = sorted(old, key=lambda i: (score[i], head["ids"][i]))
             top = ranked[len(ranked) - (capacity - W):]
             slots = list(top) + list(range(n - W, n))
             head["k"], head["v"] = head["k"][slots], head["v"][slots]
@@ -91,7 +92,8 @@ def test_lazyeviction_attends_what_its_cache_holds(rule: str) -> None:
 
 def test_per_kv_head_variant_keeps_one_set_per_group() -> None:
     config = RuntimeConfig(method="lazyeviction", page_size=1, budget_tokens=BUDGET, sink_tokens=0,
-                           window_tokens=W, dense_layers=(), knobs={"alpha": ALPHA, "selection": "per-kv-head"})
+                           window_tokens=W, dense_layers=(),
+                           knobs={"alpha": ALPHA, "selection": "per-kv-head"})
     run = run_policy(config, [make_episode(SHAPE, PROMPT, STEPS, seed=6)])
     for layer in range(SHAPE.n_layers):
         assert run.state.own[layer].shape[1] == SHAPE.n_kv_heads
