@@ -143,11 +143,11 @@ class LazyEvictionKnobs(SelectionKnobs):
     alpha: float = knob(1e-4, "attention a token needs at a step to count as recurring then (LazyEviction's "
                         "--alpha: 1e-4 in eval_qwen.sh and evaluation.py:174, 5e-4 in eval_llama.sh)",
                         low=0.0, high=1.0, low_open=True, high_open=True)
-    budget_rule: str = knob("peak", "peak: the cache never holds more than budget_tokens (the code's "
-                            "max_kv_capacity = budget - window, one eviction at the first step when the "
-                            "prompt overflows); published: max_kv_capacity = budget, as the code names it "
-                            "(it holds up to budget + window between evictions and the whole prompt until "
-                            "step W)", side="both", choices=LAZY_BUDGET_RULES)
+    budget_rule: str = knob("peak", "peak: a head attends at most budget_tokens after the first step (the "
+                            "code's max_kv_capacity = budget - window; a prompt over the budget is evicted "
+                            "after step 1); published: max_kv_capacity = budget, as the code names it (up to "
+                            "budget + window between evictions, the whole prompt until step W)",
+                            side="both", choices=LAZY_BUDGET_RULES)
 
     def check_retrieval(self, retrieval: Any) -> str | None:
         r = retrieval
