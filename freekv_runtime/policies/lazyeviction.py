@@ -27,8 +27,9 @@ Here (freekv_runtime.policies._dropping): the eviction decided after step c's at
 keep mask at once (the next step attends what the code's cache would hold). W = window_tokens (the recent
 tokens kept and the eviction period are one number in the code). sink_tokens are kept as well (the code
 keeps none: sink 0 is its rule). Ties go to the newer token (`lowest_kept` drops the older first; the
-code's torch.topk breaks them arbitrarily). Differences, from knob `budget_rule`
-(traces.catalogue.dropping.LazyEvictionKnobs):
+code's torch.topk breaks them arbitrarily). Step numbers are exact (float64); the code holds them in fp16
+(zeros_like of the fp16 probabilities, temp_cacheobs.py:27-28, evaluation.py:84), past 2048 they round.
+Differences, from knob `budget_rule` (traces.catalogue.dropping.LazyEvictionKnobs):
 - "published": max_kv_capacity = budget_tokens, as the code names its budget: a head holds
   max_kv_capacity tokens after an eviction and up to max_kv_capacity + W before the next, and the whole
   prompt until step W (lagged: a short answer is decoded over the full prompt).
