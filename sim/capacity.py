@@ -50,6 +50,7 @@ from sim.memory import MemoryFit, memory_fit
 from sim.methods import get_method
 from sim.software import SoftwareProfile, load_software
 from traces.models import get_model
+from traces.numbers import BATCH
 
 __all__ = [
     "StepSampling",
@@ -344,7 +345,8 @@ def capacity(
     def hopeless(b: int) -> bool:  # far over the SLO: larger batches are not simulated
         return points[b].oom or points[b].stat(stat) > HOPELESS_FACTOR * slo_s
 
-    best, _ = largest_batch(meets, mem1.max_batch, hopeless)
+    # a tiny model can fit more sequences than a SimConfig takes: search up to that limit
+    best, _ = largest_batch(meets, min(mem1.max_batch, int(BATCH.hi)), hopeless)
     failing = sorted(b for b, p in points.items() if b > best and not p.oom)
     over = points[failing[0]] if failing else None
     binds = binding(best, mem1, over)

@@ -113,7 +113,8 @@ def accuracy_options(command: Any) -> Any:
 
 
 @click.command(name="capacity")
-@click.option("--model", default=None, help="target model (registry name, or a model file's: --model-file)")
+@click.option("--model", default=None, help="target model (registry name, a model file's: --model-file, or "
+              "the path of a .gguf file, the first part of a split one, or an HF directory: docs/models.md)")
 @model_options
 @click.option("--hardware", required=True, help="comma-separated hardware profiles (dse hardware list)")
 @click.option(

@@ -48,7 +48,8 @@ __all__ = ["command"]
 
 
 @click.command(name="serve")
-@click.option("--model", default=None, help="target model (registry name, or a model file's: --model-file)")
+@click.option("--model", default=None, help="target model (registry name, a model file's: --model-file, or "
+              "the path of a .gguf file, the first part of a split one, or an HF directory: docs/models.md)")
 @model_options
 @click.option("--hardware", required=True, help="comma-separated hardware profiles")
 @click.option(

@@ -176,7 +176,8 @@ def test_raas_harness_variant_cuts_the_prompt_to_the_budget() -> None:
     assert not run.state.keep[SPARSE][0, :, :45].all()
 
 
-@pytest.mark.parametrize("method", ["streamingllm", "h2o", "snapkv", "raas", "tova", "razorattention"])
+@pytest.mark.parametrize("method", ["streamingllm", "h2o", "snapkv", "raas", "tova", "razorattention",
+                                    "lazyeviction"])
 def test_kept_token_indices_match_the_keep_mask(method: str) -> None:
     """The public kept-set API: per sequence and KV head, sorted positions of the tokens the layer holds;
     a dense layer holds every token."""

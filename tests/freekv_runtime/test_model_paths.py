@@ -263,3 +263,17 @@ def test_a_gguf_given_as_model_file_points_to_model_path(tiny, capsys) -> None:
                  "--input-tokens", "100", "--model-file", str(path)]) == 2
     assert f"is a GGUF file, not a YAML model file: give a model's own files with --model {path}" in \
         capsys.readouterr().err
+
+
+def test_dse_capacity_and_serve_take_a_model_path(tiny, capsys) -> None:
+    """A tiny model fits more sequences than a SimConfig takes (65536): capacity searches up to that."""
+    path = str(tiny["qwen2"]["split"])
+    shape = f"model {path}: 2 layers, 4/2 query/KV heads, 2048 positions"
+    common = ["--model", path, "--hardware", "a100-80g-sxm", "--method", "dense", "--input-tokens", "100",
+              "--output-tokens", "16"]
+    assert main(["capacity", *common, "--slo-ms", "50"]) == 0
+    out = capsys.readouterr()
+    assert shape in out.err + out.out and "65536" in out.out
+    assert main(["serve", *common, "--tpot-slo-ms", "50", "--target-rate", "2"]) == 0
+    out = capsys.readouterr()
+    assert shape in out.err + out.out

@@ -10,13 +10,14 @@ choice for both sides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from traces.catalogue.entry import MethodEntry
 from traces.catalogue.knobs import MethodKnobs, SelectionKnobs, knob
 
 __all__ = ["ENTRIES", "DroppingKnobs", "StreamingLLMKnobs", "H2OKnobs", "SnapKVKnobs", "RaaSKnobs",
            "TOVAKnobs", "RazorAttentionKnobs", "PyramidKVKnobs",
-           "DuoAttentionKnobs", "CAKEKnobs"]
+           "DuoAttentionKnobs", "CAKEKnobs", "LazyEvictionKnobs", "LAZY_BUDGET_RULES"]
 
 _GROUP_DOC = ("one kept set per KV head (the runtime policy's choice) instead of one per query "
               "head (G times the memory and attention traffic of a GQA group)")
@@ -129,6 +130,37 @@ class CAKEKnobs(MethodKnobs):
                         low=0.0)
 
 
+LAZY_BUDGET_RULES = ("peak", "published")
+
+
+@dataclass(frozen=True)
+class LazyEvictionKnobs(SelectionKnobs):
+    """LazyEviction: every W = window_tokens decode steps, keep the W newest tokens and the top tokens by
+    recurrence (a token's last step with attention >= alpha and its maximum recurrence interval);
+    selection per-query-head is its code's (K/V repeated to every query head before caching,
+    Halo-949/LazyEviction model/llama_model.py:64-65)."""
+
+    alpha: float = knob(1e-4, "attention a token needs at a step to count as recurring then (LazyEviction's "
+                        "--alpha: 1e-4 in eval_qwen.sh and evaluation.py:174, 5e-4 in eval_llama.sh)",
+                        low=0.0, high=1.0, low_open=True, high_open=True)
+    budget_rule: str = knob("peak", "peak: a head attends at most budget_tokens after the first step (the "
+                            "code's max_kv_capacity = budget - window; a prompt over the budget is evicted "
+                            "after step 1); published: max_kv_capacity = budget, as the code names it (up to "
+                            "budget + window between evictions, the whole prompt until step W)",
+                            side="both", choices=LAZY_BUDGET_RULES)
+
+    def check_retrieval(self, retrieval: Any) -> str | None:
+        r = retrieval
+        peak = self.budget_rule == "peak"
+        least = r.sink_tokens + r.window_tokens * (2 if peak else 1) + r.page_size
+        if r.budget_tokens < least:
+            held = "sink + 2 x window + page_size (the W newest tokens kept at each eviction and W more " \
+                "appended before the next)" if peak else "sink + window + page_size"
+            return (f"budget_rule={self.budget_rule}: budget_tokens={r.budget_tokens} must hold {held} = "
+                    f"{least}, W = window_tokens; lower window_tokens or raise budget_tokens")
+        return None
+
+
 _DROP, _M = "freekv_runtime.policies.", "sim.methods."
 ENTRIES = (
     MethodEntry("streamingllm", "dropping", "sink + most recent tokens (attention sinks)", StreamingLLMKnobs,
@@ -167,4 +199,9 @@ ENTRIES = (
                 model=_M + "cake:CAKE",
                 source="Qin et al., CAKE (ICLR 2025, arXiv 2503.12491); antgroup/cakekv, read at its copy "
                 "qtris123/cakekv"),
+    MethodEntry("lazyeviction", "dropping", "lagged eviction every W steps: the W newest tokens and the "
+                "tokens whose attention recurs within their maximum recurrence interval", LazyEvictionKnobs,
+                policy=_DROP + "lazyeviction:LazyEvictionPolicy", model=_M + "lazyeviction:LazyEviction",
+                source="Zhang et al., LazyEviction (arXiv 2506.15969); Halo-949/LazyEviction, read at its "
+                "copy WeianMao/triattention e7a0eb1 LazyEviction/"),
 )
