@@ -1,7 +1,7 @@
 """The measured methods table: every runtime policy of the catalogue at two budgets on a RULER-style
 retrieval task, each cell paired with dense attention on the same prompts.
 
-    python benchmarks/methods_table.py                              # every policy, budgets 256 and 512
+    python benchmarks/methods_table.py                              # every policy, budgets 128 and 256
     python benchmarks/methods_table.py --methods lazyeviction       # run only its cells, merge them in
     python benchmarks/methods_table.py --table-only                 # rebuild the table from the cache
 
@@ -169,12 +169,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(m for m in names(runtime=True) if m != DENSE),
                         help="methods to run now (default: every runtime policy of the catalogue)")
-    parser.add_argument("--budgets", default="256,512", help="comma-separated budget_tokens")
+    parser.add_argument("--budgets", default="128,256", help="comma-separated budget_tokens")
     parser.add_argument("--task", default="niah_single")
-    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--decode-tokens", type=int, default=16,
-                        help="generated tokens scored (RULER generates 128; the answer is in the first 16)")
+    parser.add_argument("--decode-tokens", type=int, default=12,
+                        help="generated tokens scored (RULER: 128; the 7-digit answer is in the first 12)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--page", type=int, default=16)
     parser.add_argument("--sink", type=int, default=16)
