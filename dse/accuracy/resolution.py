@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Resolution", "resolve", "mcnemar_pairs_needed", "paired_means_needed", "detectable_drop",
-           "ALPHA", "POWER"]
+           "paired_text", "ALPHA", "POWER"]
 
 ALPHA = 0.05  # two-sided
 POWER = 0.80
@@ -127,3 +127,22 @@ def resolve(config: Mapping[str, float], reference: Mapping[str, float],
     return Resolution("paired bootstrap", n, None, resolved, None if resolved else needed,
                       f"95% paired bootstrap interval [{low:+.3g}, {high:+.3g}] of the mean difference"
                       f" over {n} pairs")
+
+
+def paired_text(config: Mapping[str, float], reference: Mapping[str, float], seed: int = 0) -> str:
+    """One cell: '-0.375 [-0.62, -0.12], p 0.031, resolved' / '+0.000 [+0.00, +0.00], not resolved: no
+    difference seen' / '... not resolved: ~48 pairs' ('-' with fewer than 2 paired prompts)."""
+    from dse.accuracy.floor import floor_verdict
+
+    v = floor_verdict(config, reference, 1.0, seed)
+    if v.n < 2:
+        return "-"
+    r = resolve(config, reference, (v.d_low, v.d_high), seed)
+    p = f", p {r.p:.2g}" if r.p is not None else ""
+    if r.resolved:
+        tail = "resolved"
+    elif r.needed is None:
+        tail = "not resolved: no difference seen"
+    else:
+        tail = f"not resolved: ~{r.needed:.0f} pairs needed"
+    return f"{v.d:+.3f} [{v.d_low:+.2f}, {v.d_high:+.2f}]{p}, {tail} (n={v.n})"
