@@ -146,21 +146,21 @@ def _markdown(rows: list[dict], args: argparse.Namespace, seconds: float) -> str
         f"1987). With {args.samples} pairs the smallest drop McNemar's exact test can resolve is "
         f"{drop:.0%} (6 losses, no wins).",
         "",
-        "| method | budget | accuracy [95% CI] | vs dense [95% CI] | McNemar p | resolved | pairs needed "
-        "| sim ms/token |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | budget | accuracy [95% CI] | vs dense [95% CI] | McNemar p | resolved | pairs needed |"
+        + (" sim ms/token |" if args.sim else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if args.sim else ""),
     ]
     for r in rows:
         acc = f"{r['accuracy']:.3f} [{_f(r['low'], '.2f')}, {_f(r['high'], '.2f')}]"
+        sim = f" {_f(r['sim_ms_per_token'], '.2f')} |" if args.sim else ""
         if r["method"] == DENSE:
-            sim = _f(r["sim_ms_per_token"], ".2f")
-            lines.append(f"| dense | - | {acc} | (reference) | - | - | - | {sim} |")
+            lines.append(f"| dense | - | {acc} | (reference) | - | - | - |{sim}")
             continue
         diff = f"{r['diff']:+.3f} [{_f(r['diff_low'], '+.2f')}, {_f(r['diff_high'], '+.2f')}]"
         needed = "-" if r["resolved"] else ("no difference seen" if r["pairs_needed"] is None
                                              else f"{r['pairs_needed']:.0f}")
         lines.append(f"| {r['method']} | {r['budget']} | {acc} | {diff} | {_f(r['mcnemar_p'], '.3g')} | "
-                     f"{'yes' if r['resolved'] else 'no'} | {needed} | {_f(r['sim_ms_per_token'], '.2f')} |")
+                     f"{'yes' if r['resolved'] else 'no'} | {needed} |{sim}")
     lines.append(f"\n({seconds:.0f} s for this invocation)")
     return "\n".join(lines)
 
@@ -207,7 +207,8 @@ def _cached_cells(args: argparse.Namespace) -> list[tuple[str, int | None]]:
             found.append((method, int(budget)))
         elif cell.name == DENSE:
             found.append((DENSE, None))
-    return sorted(found, key=lambda c: (order.get(c[0], len(order)), c[1] or 0))
+    # dense first (the reference), then catalogue order, then budget
+    return sorted(found, key=lambda c: (c[0] != DENSE, order.get(c[0], len(order)), c[1] or 0))
 
 
 def main() -> None:
