@@ -10,8 +10,9 @@ once): task --task (niah_single) at --context tokens, --samples prompts (seed --
 same prompts, paired by prompt id), greedy, the first --decode-tokens generated tokens scored by RULER's
 string_match_all; page --page, sink --sink, window --window, every other knob at the method's default.
 A cell's results live in OUT/cells/<method>-<budget>/ (summary.json, trace/, cell.json with the settings
-that made it); a cell whose settings match is read back, not re-run, so `--methods X` adds or re-runs X
-only and the table is rebuilt from every cached cell of the same settings.
+that made it; OUT defaults to benchmarks/results/methods_table_niah512, where the measured cells are
+kept); a cell whose settings match is read back, not re-run, so `--methods X` adds or re-runs X only and
+the table is rebuilt from every cached cell of the same settings.
 
 Per cell: accuracy with its 95% Wilson interval; the paired difference to dense with its 95% paired
 bootstrap interval; McNemar's exact p; resolved at 95% (yes/no); for unresolved cells the paired samples
@@ -191,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sim-sink", type=int, default=512)
     parser.add_argument("--sim-window", type=int, default=512)
     parser.add_argument("--table-only", action="store_true", help="run nothing: rebuild from cached cells")
-    parser.add_argument("--out", type=Path, default=Path("runs/methods-table"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/methods_table_niah512"))
     return parser
 
 
