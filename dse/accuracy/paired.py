@@ -5,7 +5,9 @@
 The statistics come from dse/accuracy/floor.py, with B as the reference: the difference mean(A) -
 mean(B) and its 95% paired bootstrap interval are `floor_verdict(A, B, ratio=1)`'s d, as are McNemar's
 exact p and the win/loss counts for 0/1 scores; `floor_ratio` adds the floor's own verdict (A keeps at
-least that share of B's accuracy). Never imports torch.
+least that share of B's accuracy). `resolution` says whether the difference is resolved at 95% (McNemar
+for 0/1 scores, the bootstrap interval otherwise) and, when it is not, how many paired prompts would
+resolve it (dse/accuracy/resolution.py). Never imports torch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dse.accuracy.floor import FloorVerdict, floor_verdict
+from dse.accuracy.resolution import Resolution, resolve
 from dse.accuracy.samples import answers, scores
 
 __all__ = ["Disagreement", "PairedComparison", "compare_metric"]
@@ -38,7 +41,7 @@ class PairedComparison:
     paired prompts; diff = mean_a - mean_b with its 95% paired bootstrap interval (NaN for n < 2).
     mcnemar_p, a_wins (A right where B wrong), b_wins: for 0/1 scores, else None. floor: the floor
     verdict of A against B when a ratio was given. disagreements: the paired prompts whose scores
-    differ, largest difference first."""
+    differ, largest difference first. resolution: resolved at 95% or the pairs that would resolve it."""
 
     metric: str
     n: int
@@ -54,6 +57,7 @@ class PairedComparison:
     b_wins: int | None
     floor: FloorVerdict | None
     disagreements: tuple[Disagreement, ...]
+    resolution: Resolution | None = None
 
     def to_dict(self, failures: int | None = None) -> dict[str, Any]:
         """JSON-ready (NaN -> None); the first `failures` disagreements (all when None)."""
@@ -64,6 +68,10 @@ class PairedComparison:
             "metric", "n", "only_a", "only_b", "mean_a", "mean_b", "diff", "diff_low", "diff_high",
             "mcnemar_p", "a_wins", "b_wins")}
         out["floor"] = None if self.floor is None else self.floor.to_dict()
+        r = self.resolution
+        out["resolved"] = None if r is None else r.resolved
+        out["pairs_needed"] = None if r is None else r.needed
+        out["resolution"] = None if r is None else r.reason
         out["n_disagreements"] = len(self.disagreements)
         shown = self.disagreements if failures is None else self.disagreements[:failures]
         out["disagreements"] = [{k: clean(v) for k, v in vars(d).items()} for d in shown]
@@ -89,4 +97,5 @@ def compare_metric(metric: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapp
         diff_low=diff.d_low, diff_high=diff.d_high, mcnemar_p=diff.mcnemar_p, a_wins=diff.wins,
         b_wins=diff.losses, floor=floor,
         disagreements=tuple(Disagreement(i, sa[i], aa.get(i, ""), sb[i], ab.get(i, "")) for i in differ),
+        resolution=resolve(sa, sb, (diff.d_low, diff.d_high)),
     )

@@ -7,9 +7,10 @@
 A run: a `dse trace` output directory (or its summary.json), or a run of a study: STUDY:trial:N,
 STUDY:dense, STUDY:untuned_freekv, STUDY:untuned_<method> (dse/accuracy/runs.py). RUN_B is the
 reference. Per metric: prompts paired, each run's mean over them, mean(A) - mean(B) with its 95% paired
-bootstrap interval, McNemar's exact p (0/1 scores), with --floor RATIO the accuracy-floor verdict of A
-against B (dse/accuracy/floor.py, its rule printed), then up to --failures prompts where A and B
-disagree (id, each run's score and answer). Never imports torch.
+bootstrap interval, McNemar's exact p (0/1 scores), whether the difference is resolved at 95% and, if
+not, how many paired prompts would resolve it (dse/accuracy/resolution.py), with --floor RATIO the
+accuracy-floor verdict of A against B (dse/accuracy/floor.py, its rule printed), then up to --failures
+prompts where A and B disagree (id, each run's score and answer). Never imports torch.
 """
 
 from __future__ import annotations
@@ -72,6 +73,29 @@ def _answer(text: str) -> str:
     return flat if len(flat) <= ANSWER_SHOWN else flat[: ANSWER_SHOWN - 4] + '..."'
 
 
+def _resolution_line(c: PairedComparison) -> str:
+    """Whether A - B is resolved at 95%, and for an unresolved one the paired prompts that would be."""
+    r = c.resolution
+    if r is None or r.n < 2:
+        return "  resolved at 95%: - (needs 2 paired prompts)"
+    how = "McNemar exact test" if r.p is not None else "paired bootstrap interval"
+    if r.resolved:
+        return f"  resolved at 95%: yes ({how})"
+    if r.needed is None:
+        return (f"  resolved at 95%: no ({how}); no difference observed, so no sample size to resolve "
+                f"one; {r.n} pairs resolve a drop of {_drop(r.n)} or more (0/1 scores, all losses)")
+    size = "Connor 1987, from the discordant shares" if r.p is not None else "paired t, from the differences"
+    return (f"  resolved at 95%: no ({how}); about {r.needed:.0f} paired prompts would resolve the "
+            f"observed difference at 80% power ({size})")
+
+
+def _drop(n: int) -> str:
+    from dse.accuracy.resolution import detectable_drop
+
+    d = detectable_drop(n)
+    return "none (too few pairs)" if math.isinf(d) else f"{d:.0%}"
+
+
 def _report(c: PairedComparison, failures: int) -> list[str]:
     lines = [f"{c.metric}: {c.n} paired prompt{'' if c.n == 1 else 's'}" + (
         f" ({c.only_a} only in A, {c.only_b} only in B, left out)" if c.only_a or c.only_b else "")]
@@ -83,6 +107,7 @@ def _report(c: PairedComparison, failures: int) -> list[str]:
                      f"B right where A wrong: {c.b_wins})")
     else:
         lines.append("  McNemar: - (scores are not all 0/1)")
+    lines.append(_resolution_line(c))
     if c.floor is not None:
         from dse.accuracy.floor import rule_text
 

@@ -9,13 +9,16 @@ accurate run on that profile, then the fastest) is ringed; each method's untuned
 Every point replays its own trace with the same-named simulator model (dse/objective.py): no method is
 priced with another method's demand. A replay onto another model's shape (the study's target model) is
 labelled by the provenance badge. A table gives, per method, its kind, trials, best point and untuned
-baseline on every profile.
+baseline on every profile, and the untuned baseline's paired difference from dense attention on the same
+prompts: its 95% interval, McNemar's p for 0/1 scores, resolved at 95% or the pairs that would resolve it
+(dse/accuracy/resolution.py).
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dse.accuracy.resolution import paired_text
 from dse.method_knobs import method_kind
 from dse.report.colors import add_slo_vline
 from dse.report.data import ReportData, Run, describe_config, run_label
@@ -167,9 +170,20 @@ def _fmt(data: ReportData, run: Run | None, profile: str) -> str:
     return f"{data.accuracy(run):.3f} @ {(run.latency_s(profile) or 0.0) * _MS:.3f} ms ({run_label(run)})"
 
 
+def _vs_dense(data: ReportData, run: Run | None) -> str:
+    """The run's paired difference from dense attention on the report's metric (dse/accuracy/resolution.py);
+    '-' without per-prompt scores on both sides (dense fidelity metrics are exact, never run)."""
+    from dse.report.recommend import prompt_scores
+
+    if run is None or data.dense is None:
+        return "-"
+    mine, dense = prompt_scores(run, data.accuracy_metric), prompt_scores(data.dense, data.accuracy_metric)
+    return paired_text(mine, dense) if mine and dense else "-"
+
+
 def _table(data: ReportData, methods: list[str]) -> TableBlock:
     header = ("method", "kind", "trials", *(f"best on {p}" for p in data.profiles),
-              *(f"untuned on {p}" for p in data.profiles))
+              *(f"untuned on {p}" for p in data.profiles), "untuned vs dense (paired, 95%)")
     rows = []
     for method in methods:
         trials = [t for t in data.trials if _method(t) == method]
@@ -178,6 +192,7 @@ def _table(data: ReportData, methods: list[str]) -> TableBlock:
             method, method_kind(method), str(len(trials)),
             *(_fmt(data, best_run(data, list(trials), p), p) for p in data.profiles),
             *(_fmt(data, untuned, p) for p in data.profiles),
+            _vs_dense(data, untuned),
         ))
     sims = [r.sim[p] for r in data.runs() for p in data.profiles if p in r.sim]
     return TableBlock(
@@ -186,7 +201,10 @@ def _table(data: ReportData, methods: list[str]) -> TableBlock:
         rows=tuple(rows),
         caption=f"Accuracy ({data.accuracy_metric}, measured) @ mean per-token latency (simulated from the "
         "run's own trace). Best: the method's most accurate trial on that profile, then the fastest; "
-        "untuned: the method at its default knobs (baselines.untuned), '-' where the study has none.",
+        "untuned: the method at its default knobs (baselines.untuned), '-' where the study has none. "
+        "Untuned vs dense: mean(untuned) - mean(dense) over the prompts both were scored on, its 95% paired "
+        "bootstrap interval, McNemar's exact p for 0/1 scores, and whether the difference is resolved at "
+        "95% or about how many paired prompts would resolve it (80% power; Connor 1987 for 0/1 scores).",
         provenance=Provenance(
             measured=(f"accuracy ({data.accuracy_metric}) of {data.measured_model}",),
             simulated=("mean per-token latency per profile, each run from its own trace",),

@@ -30,8 +30,8 @@ from dse.report.data import ReportData, Run, _constraint_metric, run_label
 from dse.results import TrialResult
 
 __all__ = ["Recommendation", "Entry", "FloorCheck", "OperatingPoint", "recommend", "capacity_run",
-           "floor_check", "floor_metric", "operating_point", "describe_entry", "RULE", "RULE_NO_SLO",
-           "NO_FLOOR"]
+           "floor_check", "floor_metric", "operating_point", "describe_entry", "prompt_scores", "RULE",
+           "RULE_NO_SLO", "NO_FLOOR"]
 
 RULE = ("the highest throughput (tokens/s) within the SLO and the accuracy floor, at the largest batch "
         "that meets the SLO")
@@ -214,7 +214,7 @@ def floor_metric(data: ReportData) -> str:
     return _constraint_metric(data.results.config) or data.accuracy_metric
 
 
-def _prompt_scores(run: Run | None, metric: str) -> dict[str, float]:
+def prompt_scores(run: Run | None, metric: str) -> dict[str, float]:
     """{prompt id: score} of `run` on `metric` from its per-prompt scores (`accuracy_samples`: {metric:
     [{"id", "score", "answer"}]}); {} when it stored none."""
     samples = (getattr(run, "accuracy_samples", {}) or {}) if run is not None else {}
@@ -239,7 +239,7 @@ def floor_check(data: ReportData, run: Run) -> FloorCheck:
     if ratio is None:
         return FloorCheck(NO_FLOOR, False, "the study sets no min_accuracy_ratio")
     metric = floor_metric(data)
-    mine, dense = _prompt_scores(run, metric), _prompt_scores(data.dense, metric)
+    mine, dense = prompt_scores(run, metric), prompt_scores(data.dense, metric)
     if mine and dense:
         v = _paired_verdict(tuple(sorted(mine.items())), tuple(sorted(dense.items())), ratio)
         return FloorCheck(v.verdict, True, f"paired, n={v.n}", v)

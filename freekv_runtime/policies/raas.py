@@ -10,12 +10,14 @@ timestamp is evicted; a new page starts as fresh as the step that made it.
 Here (knob `prompt` = "keep", the default), per sparse layer and KV head: every prompt token [0, T) is
 kept; decoded tokens are grouped in pages of page_size tokens starting at T; the newest `window_tokens`
 tokens (and the current partial page) are always kept; at most K = (budget - S - W) / p other whole decoded
-pages are held (the same K as the harness's page budget, so the decoded tokens held never exceed
-budget_tokens - sink_tokens and a head attends at most T + budget_tokens - sink_tokens tokens:
-`prompt_outside_budget`). After each decode attention, a decoded page's importance is its attention mass
-(the probabilities of its tokens summed over the page, pooled over the group's query heads by `group`,
-default mean); pages with importance > alpha get timestamp = the step (1, 2, ...); a page entering the
-candidates keeps the timestamp of the step it was completed. When more than K candidate pages are held,
+pages are held (the same K as the harness's page budget), fewer when the window cuts a page (the pages
+held must fit in budget - S beside the always-held tail), so the decoded tokens held never exceed
+budget_tokens - sink_tokens and a head attends at most T + budget_tokens - sink_tokens tokens
+(`prompt_outside_budget`; traces/kept_tokens.py `raas_kept_tokens`, the count the simulator prices).
+After each decode attention, a decoded page's importance is its attention mass (the probabilities of its
+tokens summed over the page, pooled over the group's query heads by `group`, default mean); pages with
+importance > alpha get timestamp = the step (1, 2, ...); a page entering the candidates keeps the
+timestamp of the step it was completed. When more candidate pages are held than fit,
 the oldest-stamped are dropped (ties: the lower page id).
 
 Variant `prompt` = "harness" (the FreeKV accuracy harness's RaaS, rooikeee/FreeKV
@@ -46,6 +48,7 @@ import torch
 from freekv_runtime.policies._dropping import DroppingState, lowest_kept, prompt_attention
 from freekv_runtime.policies.base import AttentionShape, KVPolicy
 from freekv_runtime.timing import OpTimer
+from traces.kept_tokens import raas_kept_tokens
 
 __all__ = ["RaaSPolicy", "RaaSState"]
 
@@ -70,12 +73,12 @@ class RaaSState(DroppingState):
         return self.keep_prompt
 
     def attend_limit(self, n_tokens: int) -> int:
-        """The most tokens a head attends: budget_tokens, or with the prompt kept, the prompt plus
-        budget_tokens - sink_tokens decoded tokens."""
+        """The most tokens a head attends at n_tokens: min(N, budget_tokens), or with the prompt kept,
+        the prompt plus budget_tokens - sink_tokens decoded tokens (traces/kept_tokens.py, the rule the
+        simulator's RaaS model prices)."""
         c = self.config
-        if not self.keep_prompt:
-            return c.budget_tokens
-        return max(c.budget_tokens, self.prompt_tokens + c.budget_tokens - c.sink_tokens)
+        return raas_kept_tokens(n_tokens, self.prompt_tokens, c.budget_tokens, c.sink_tokens,
+                                "keep" if self.keep_prompt else "harness")
 
     def _page_mass(self, probs: torch.Tensor, n_tokens: int) -> torch.Tensor:
         """probs (b, Hkv, G, N) -> (b, Hkv, P) page mass pooled over the group."""
@@ -130,7 +133,11 @@ class RaaSState(DroppingState):
         if n_cand == 0:
             return keep
         held = keep[:, :, t:t + n_cand * p].reshape(*keep.shape[:2], n_cand, p).any(-1)  # (b, Hkv, n_cand)
-        n_drop = int(held[0, 0].sum()) - self.config.selected_pages  # same count in every row
+        # the decoded tokens after the candidates (window, the page it cuts, the current page) are always
+        # held; whole pages fill what is left of budget - sink, so a head never holds more decoded tokens
+        c = self.config
+        room = min(c.selected_pages, max(0, c.budget_tokens - c.sink_tokens - (n_decoded - n_cand * p)) // p)
+        n_drop = int(held[0, 0].sum()) - room  # same count in every row
         if n_drop <= 0:
             return keep
         drop = lowest_kept(stamp[:, :, :n_cand], held, n_drop)  # (b, Hkv, n_drop) decoded page ids

@@ -83,6 +83,7 @@ from freekv_runtime.policies.base import (
     PrefillOnlyState,
 )
 from freekv_runtime.timing import OpTimer
+from traces.kept_tokens import razor_s0, razor_window_tokens
 from traces.probe import retrieval_probe
 
 __all__ = ["RazorAttentionPolicy", "RazorAttentionState", "ProbeState", "retrieval_kv_heads"]
@@ -184,7 +185,7 @@ class RazorAttentionState(DroppingState):
         self.window_rule, self.compression_ratio = knobs.window_rule, knobs.compression_ratio
         # S0, the paper's compression threshold (the shortest buffer): the budget's room after the sink
         # and the compensation token, so a head compresses once the context exceeds budget_tokens
-        self.s0 = self.config.budget_tokens - self.config.sink_tokens - 1
+        self.s0 = razor_s0(self.config.budget_tokens, self.config.sink_tokens)
         b, h, d = self.b, self.shape.n_kv_heads, self.shape.head_dim
         zeros = [torch.zeros(b, h, d, dtype=torch.float32, device=self.device) for _ in range(2)]
         self.comp_k = [zeros[0].clone() for _ in range(self.shape.n_layers)]
@@ -195,9 +196,9 @@ class RazorAttentionState(DroppingState):
     def window_tokens(self, n_tokens: int) -> int:
         """L_h: recent tokens a non-retrieval head keeps when it holds n_tokens. Paper (Algorithm 1 line 2):
         max(S0, ceil(N / C)); "budget": S0 alone (budget - sink - 1 by default)."""
-        if self.window_rule == "budget":
-            return self.s0
-        return max(self.s0, math.ceil(n_tokens / self.compression_ratio))
+        c = self.config
+        return razor_window_tokens(n_tokens, c.budget_tokens, c.sink_tokens, self.window_rule,
+                                   self.compression_ratio)
 
     def attend_limit(self, n_tokens: int) -> int:
         """The most tokens a non-retrieval head attends at n_tokens: sink + L_h + the compensation token

@@ -50,13 +50,13 @@ def attended_tokens(ctx: CostContext) -> np.ndarray:
     return np.where(ctx.demand.dense_layer[None, :], context[:, None], kept_tokens(ctx)[:, None])
 
 
-def budget_attention_s(ctx: CostContext, sets: int) -> np.ndarray:
-    """(S, L) fused decode attention: sparse layers over the kept tokens of `sets` retained sets per
-    sequence and layer (each read once: KV heads if group-consistent, else query heads), dense layers
-    over the whole context (sim.cost_model.attention_s)."""
+def budget_attention_s(ctx: CostContext, sets: int, kept: np.ndarray | None = None) -> np.ndarray:
+    """(S, L) fused decode attention: sparse layers over the kept tokens (`kept` (S,), default
+    `kept_tokens`) of `sets` retained sets per sequence and layer (each read once: KV heads if
+    group-consistent, else query heads), dense layers over the whole context (sim.cost_model.attention_s)."""
     cfg, cost, m = ctx.cfg, ctx.cost, ctx.model
     b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
-    kept = kept_tokens(ctx)
+    kept = kept_tokens(ctx) if kept is None else np.asarray(kept, dtype=np.float64)
     sparse = cost.kernel_s(
         4.0 * b * m.n_qo_heads * kept * d,
         b * sets * kept * 2 * d * dt + 2 * b * m.n_qo_heads * d * dt,
@@ -84,14 +84,15 @@ def eager_attention_s(ctx: CostContext, tokens: np.ndarray, sets: int) -> np.nda
 
 
 def budget_memory(
-    cfg: SimConfig, model: ModelSpec, sets: int, extra_per_set_bytes: float = 0.0
+    cfg: SimConfig, model: ModelSpec, sets: int, extra_per_set_bytes: float = 0.0, kept: int | None = None
 ) -> MemoryNeed:
-    """GPU bytes per sequence: min(context, budget) tokens of K and V (+ `extra_per_set_bytes` of the
-    method's own state) per retained set on sparse layers, the whole context on dense layers; no host."""
+    """GPU bytes per sequence: `kept` tokens (default min(context, budget)) of K and V (+
+    `extra_per_set_bytes` of the method's own state) per retained set on sparse layers, the whole context
+    on dense layers; no host."""
     d, dt = model.head_dim, cfg.dtype_bytes
     ctx_tokens = cfg.max_context_tokens
     n_sparse, n_dense = layer_split(cfg, model)
-    kept = min(cfg.budget_tokens, ctx_tokens)
+    kept = min(cfg.budget_tokens, ctx_tokens) if kept is None else kept
     per_set = kept * 2 * d * dt + extra_per_set_bytes
     dense_bytes = n_dense * ctx_tokens * 2 * model.n_kv_heads * d * dt
     gpu = n_sparse * sets * per_set + dense_bytes

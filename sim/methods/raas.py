@@ -3,10 +3,13 @@
 Source: Hu et al., "Efficient Long-Decoding Inference with Reasoning-Aware Attention Sparsity"
 (arXiv 2502.11147). Assumptions (docs/methods.md has the discussion):
 
-- All on the GPU, no host memory, no link traffic. Each KV head keeps at most `budget_tokens` tokens
-  (sink + retained pages + the current page); everything else is dropped for good.
-- Every decode step and layer: attention over the retained set (O(B) per head, independent of the
-  context), then a timestamp update: every retained page whose estimated attention (Quest-style
+- All on the GPU, no host memory, no link traffic. As published (knob `prompt` "keep", the runtime's
+  default): every prompt token is kept and the budget bounds the decoded tokens, so a head holds at most
+  input_tokens + budget - sink tokens; with `prompt` "harness" (FreeKV's harness) at most
+  `budget_tokens` (sink + retained pages + the current page). The count is the runtime's own rule
+  (traces/kept_tokens.py `raas_kept_tokens`). Everything else is dropped for good.
+- Every decode step and layer: attention over the retained set, then a timestamp update: every
+  retained decoded page (every retained page with "harness") whose estimated attention (Quest-style
   score from its per-page min/max keys) passes the threshold gets the current step as timestamp. The
   page scores are computed by a small kernel over the retained pages only, not over the context.
 - When the current page fills and the budget is full, the page with the oldest timestamp is evicted
@@ -35,9 +38,10 @@ import numpy as np
 from sim.config import SimConfig
 from sim.methods.base import CostContext, MemoryNeed, OpSpec, Work
 from sim.methods.decoder_layer import GroupOptionMethod, OwnOps
-from sim.methods.dropping import budget_attention_s, budget_memory, kept_tokens, own_kernels
+from sim.methods.dropping import budget_attention_s, budget_memory, own_kernels
 from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.host_costs import HostOps
+from traces.kept_tokens import raas_kept_tokens
 from traces.models import ModelSpec
 
 __all__ = ["RaaS"]
@@ -70,29 +74,38 @@ class RaaS(GroupOptionMethod):
             OpSpec("evict", ("compute",), category="select"),
         ))
 
+    def kept(self, context_tokens: np.ndarray | int, cfg: SimConfig) -> np.ndarray | int:
+        """Tokens a retained set holds at `context_tokens` (traces/kept_tokens.py, the runtime's rule)."""
+        return raas_kept_tokens(context_tokens, cfg.input_tokens, cfg.budget_tokens, cfg.sink_tokens,
+                                self.knobs.prompt)
+
     def attention_s(self, ctx: CostContext) -> np.ndarray:
-        return budget_attention_s(ctx, self.sets_per_layer(ctx.model))
+        return budget_attention_s(ctx, self.sets_per_layer(ctx.model), self.kept(ctx.demand.context_tokens,
+                                                                                   ctx.cfg))
 
     def own_work(self, ctx: CostContext) -> dict[str, Work]:
         cfg, cost, dem, m = ctx.cfg, ctx.cost, ctx.demand, ctx.model
         b, d, dt, p = cfg.batch_size, m.head_dim, cfg.dtype_bytes, cfg.page_size
         sets = self.sets_per_layer(m)
         context = dem.context_tokens.astype(np.float64)
-        kept = kept_tokens(ctx)
-        kept_pages = np.ceil(kept / p)
+        kept = np.asarray(self.kept(dem.context_tokens, cfg), dtype=np.float64)
+        # the stamped pages: the retained decoded pages ("keep": the prompt is never a candidate), else all
+        scored = kept - cfg.input_tokens if self.knobs.prompt == "keep" else kept
+        kept_pages = np.ceil(np.clip(scored, 0, None) / p)
         # page scores of the retained pages from their min/max (2*d per page), timestamps written
         stamp = cost.kernel_s(
             4.0 * b * m.n_qo_heads * kept_pages * d,
             b * sets * kept_pages * (2 * d * dt + 8) + b * m.n_qo_heads * kept_pages * 4,
             1,
         )
-        full = (context > cfg.budget_tokens) & ((dem.context_tokens % p) == 0)
+        full = (context > kept) & ((dem.context_tokens % p) == 0)
         evict = np.where(full, cost.kernel_s(0.0, b * sets * kept_pages * 8, 1), 0.0)
         return own_kernels(ctx, {"stamp": stamp, "evict": evict}, {"stamp": RAAS_STAMP, "evict": RAAS_EVICT})
 
     def memory(self, cfg: SimConfig, model: ModelSpec) -> MemoryNeed:
-        """GPU: budget tokens (+ page min/max, timestamps) per retained set on sparse layers, whole KV on
-        dense layers. Nothing on the host."""
+        """GPU: the kept tokens at the longest context (+ page min/max, timestamps of the budgeted pages)
+        per retained set on sparse layers, whole KV on dense layers. Nothing on the host."""
+        kept = int(self.kept(cfg.max_context_tokens, cfg))
         pages = -(-min(cfg.budget_tokens, cfg.max_context_tokens) // cfg.page_size)
         per_page = 2 * model.head_dim * cfg.dtype_bytes + 8
-        return budget_memory(cfg, model, self.sets_per_layer(model), pages * per_page)
+        return budget_memory(cfg, model, self.sets_per_layer(model), pages * per_page, kept=kept)

@@ -4,18 +4,21 @@ Source: Tang et al., "RazorAttention: Efficient KV Cache Compression Through Ret
 (arXiv 2407.15891). Assumptions (docs/methods.md has the discussion):
 
 - Static, decided once after prefill: a share f_l of the KV heads of layer l (echo and induction heads)
-  keeps the full KV cache; every other KV head keeps `budget_tokens` tokens (the sink plus the most
-  recent tokens) and one compensation token that summarises the dropped ones. Dropped tokens are gone.
+  keeps the full KV cache; every other KV head keeps the sink, the newest L_h = max(S0, ceil(N / C))
+  tokens (Algorithm 1; S0 = budget - sink - 1; knobs `window_rule`, `compression_ratio`) and one
+  compensation token that summarises the dropped ones: the runtime's own count
+  (traces/kept_tokens.py `razor_bounded_tokens`), budget_tokens until N / C exceeds S0. Dropped tokens
+  are gone.
 - Where f_l comes from, in this order (`notes()` says which): `method_options.retrieval_fraction`, the
   same for every layer, when the user gives it; else, replaying a RazorAttention trace that records the
   runtime's retrieval-head probe (meta.extra["policy_probe"], sim.demand "probe"), the measured share of
   retrieval KV heads per layer (per target layer through the demand's layer map when transplanted onto
   another model); else 0.15 for every layer, the FreeKV paper's setup (its "sparsity 0.15").
 - All on the GPU: no selection, no recall, no host memory, no link traffic.
-- Per step and layer: one attention pass; retrieval heads attend the whole context, the others
-  budget + 1 tokens. The attention kernel is memory bound, so its time follows the bytes read:
-  per KV head of layer l on average f_l * context + (1 - f_l) * (budget + 1) tokens.
-- Memory: exactly what is kept: f_l * context + (1 - f_l) * (budget + 1) tokens per KV head of layer l.
+- Per step and layer: one attention pass; retrieval heads attend the whole context, the others their
+  bounded count. The attention kernel is memory bound, so its time follows the bytes read: per KV head
+  of layer l on average f_l * context + (1 - f_l) * bounded tokens.
+- Memory: exactly what is kept: f_l * context + (1 - f_l) * bounded tokens per KV head of layer l.
 
 As published: RazorAttention has no public code; the FreeKV paper's re-implementation (rooikeee/FreeKV
 accuracy/kvc/patch/llama.py `llama_dyn_attention_forward` 39-260, a DuoAttention-style split of the KV
@@ -33,10 +36,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from sim.config import SimConfig
 from sim.errors import SimInputError
 from sim.methods.eager import HF_DECODER, DecoderRecipe
 from sim.methods.head_split import HeadSplitMethod
 from sim.methods.host_costs import HostOps
+from traces.kept_tokens import razor_bounded_tokens
 
 if TYPE_CHECKING:
     from sim.demand import Demand
@@ -110,6 +115,13 @@ class RazorAttention(HeadSplitMethod):
                     "(demand_from_trace(..., target_model=...))")
             return np.asarray(self.measured_per_layer, dtype=np.float64)
         return np.full(n_layers, PAPER_FRACTION)
+
+    def bounded_tokens(self, context: np.ndarray | int, cfg: SimConfig) -> np.ndarray:
+        """A non-retrieval head's tokens at `context`: the runtime's rule (traces/kept_tokens.py)."""
+        k = self.knobs
+        return np.asarray(razor_bounded_tokens(context, cfg.budget_tokens, cfg.sink_tokens, k.window_rule,
+                                               k.compression_ratio, k.compensation != "none"),
+                          dtype=np.float64)
 
     def recipe(self) -> DecoderRecipe:
         return HF_DECODER.with_attention(RAZOR_ATTENTION)

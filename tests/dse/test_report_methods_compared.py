@@ -137,3 +137,29 @@ def test_untuned_baselines_of_other_methods_load_from_the_storage(tmp_path: Path
     # freekv's is untuned_freekv; h2o was never measured (not stored): only what is stored is read
     assert [b.name for b in results.untuned_methods] == ["untuned_raas"]
     assert results.untuned_freekv is not None and results.untuned_methods[0].latency_s("a") == 0.01
+
+
+def _with_samples(run, scores: list[float]):
+    from dataclasses import replace
+
+    samples = [{"id": f"passkey/1024/seed0/{i}", "score": s, "answer": str(s)} for i, s in enumerate(scores)]
+    return replace(run, accuracy_samples={"passkey_accuracy": samples})
+
+
+def test_untuned_baselines_are_paired_with_dense_and_say_whether_resolved() -> None:
+    from dataclasses import replace
+
+    from dse.accuracy.resolution import mcnemar_pairs_needed
+
+    lost = _with_samples(_baseline("untuned_raas", "raas", 0.3, {"a": 0.007, "b": 0.005}), [0] * 7 + [1] * 3)
+    results = _results(TRIALS, (lost,))
+    results = replace(results, dense=_with_samples(results.dense, [1] * 10),
+                      untuned_freekv=_with_samples(results.untuned_freekv, [0] * 2 + [1] * 8))
+    table = next(b for b in method_comparison_blocks(make_report_data(results)) if isinstance(b, TableBlock))
+    assert table.header[-1] == "untuned vs dense (paired, 95%)"
+    rows = {r[0]: r for r in table.rows}
+    # 7 losses, no wins of 10 pairs: McNemar p = 2 / 128 = 0.016, resolved
+    assert rows["raas"][-1].startswith("-0.700 [") and ", p 0.016, resolved (n=10)" in rows["raas"][-1]
+    # 2 losses: p = 0.5, not resolved; Connor with p01 = 0.2 gives the pairs needed
+    needed = mcnemar_pairs_needed(0.0, 0.2)
+    assert rows["freekv"][-1].endswith(f"p 0.5, not resolved: ~{needed:.0f} pairs needed (n=10)")

@@ -7,6 +7,8 @@ it on synthetic demand; the last tests check every peer against the fine-grained
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -318,17 +320,34 @@ def _event(e) -> dict:
 # ----- RaaS -----
 
 
-def test_raas_cost_and_memory_do_not_grow_with_context() -> None:
-    short = _run("raas", None, input_tokens=8192).to_dict()
-    long = _run("raas", None, input_tokens=65536).to_dict()
+def test_raas_harness_cost_and_memory_do_not_grow_with_context() -> None:
+    harness = {"prompt": "harness"}  # the FreeKV harness's RaaS: the budget covers the prompt
+    short = _run("raas", None, input_tokens=8192, method_options=harness).to_dict()
+    long = _run("raas", None, input_tokens=65536, method_options=harness).to_dict()
     assert long["per_token_latency_s"]["mean"] == pytest.approx(
         short["per_token_latency_s"]["mean"], rel=1e-9
     )
     assert long["memory"]["kv_gpu_bytes"] == short["memory"]["kv_gpu_bytes"]
-    per_query_head = _run("raas", None, method_options={"group_consistent": False}).to_dict()
+    per_query_head = _run("raas", None, method_options={**harness, "group_consistent": False}).to_dict()
     assert per_query_head["memory"]["kv_gpu_bytes"] == pytest.approx(
         4 * short["memory"]["kv_gpu_bytes"], rel=0.01
     )
+
+
+def test_raas_as_published_keeps_the_prompt() -> None:
+    """The default (the paper's rule, the runtime's default): the prompt is kept, the budget bounds the
+    decoded tokens, so memory grows with the prompt by its KV on every sparse layer and KV head."""
+    short = _run("raas", None, input_tokens=8192).to_dict()
+    long = _run("raas", None, input_tokens=65536).to_dict()
+    harness = _run("raas", None, input_tokens=8192, method_options={"prompt": "harness"}).to_dict()
+    assert long["per_token_latency_s"]["mean"] > short["per_token_latency_s"]["mean"]
+    kv = [r["memory"]["kv_gpu_bytes"] for r in (harness, short, long)]
+    assert kv[0] < kv[1] < kv[2]
+    m, cfg = get_model(MODEL), _cfg("raas")
+    sparse_layers = m.n_layers - len(cfg.dense_layers)
+    per_prompt_token = cfg.batch_size * 2 * m.head_dim * cfg.dtype_bytes * m.n_kv_heads * sparse_layers
+    grown = long["memory"]["kv_gpu_bytes"] - short["memory"]["kv_gpu_bytes"]
+    assert grown == pytest.approx((65536 - 8192) * per_prompt_token, rel=1e-6)
 
 
 # ----- RazorAttention -----
@@ -348,9 +367,11 @@ def test_razorattention_memory_reflects_the_heads_it_keeps() -> None:
     assert everything["per_token_latency_s"]["mean"] == pytest.approx(
         dense["per_token_latency_s"]["mean"], rel=1e-9
     )
-    # 15% retrieval heads: KV ~ 0.15 of dense plus the budget of the other heads
+    # 15% retrieval heads keep all N tokens, the others sink + max(S0, ceil(N / 5)) + 1 (the paper's
+    # window, traces/kept_tokens.py): 0.15 + 0.85 x (512 + 6560 + 1) / 32800 = 0.333 of dense
+    n = 32768 + 32
     share = razor["memory"]["kv_gpu_bytes"] / dense["memory"]["kv_gpu_bytes"]
-    assert 0.15 < share < 0.25
+    assert share == pytest.approx(0.15 + 0.85 * (512 + math.ceil(n / 5) + 1) / n, rel=1e-3)
 
 
 # ----- engines agree -----

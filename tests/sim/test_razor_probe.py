@@ -45,9 +45,11 @@ def _cfg(**kw) -> SimConfig:
 
 def _expected_tokens(shares: np.ndarray, dense: tuple[int, ...] = (0,)) -> np.ndarray:
     """(S, L) tokens each KV head attends on average, by hand: a share f of the heads attends the whole
-    context, the others budget + 1 (sink + window + the compensation token); dense layers everything."""
+    context, the others sink + S0 + the compensation token = budget (S0 = budget - sink - 1, larger than
+    ceil(N / 5) at these contexts: the paper's window is S0 here); dense layers everything."""
     ctx = (INPUT + np.arange(OUTPUT) + 1.0)[:, None]
-    kept = shares[None, :] * ctx + (1 - shares[None, :]) * np.minimum(ctx, BUDGET + 1)
+    assert (np.ceil(ctx / 5) < BUDGET - 64 - 1).all()
+    kept = shares[None, :] * ctx + (1 - shares[None, :]) * np.minimum(ctx, BUDGET)
     kept[:, list(dense)] = np.broadcast_to(ctx, (OUTPUT, 1))
     return kept
 
@@ -66,14 +68,14 @@ def test_measured_shares_set_the_attended_tokens_and_memory(tmp_path: Path) -> N
     want = prep.ctx.cost.attention_s(_expected_tokens(SHARES))
     np.testing.assert_allclose(prep.work["attention"].seconds, want, rtol=1e-12)
     # a layer whose heads all retrieve attends like a dense layer; one without any like the budget
-    full, none = prep.ctx.cost.attention_s(INPUT + 1.0), prep.ctx.cost.attention_s(BUDGET + 1.0)
+    full, none = prep.ctx.cost.attention_s(INPUT + 1.0), prep.ctx.cost.attention_s(float(BUDGET))
     assert prep.work["attention"].seconds[0, 3] == pytest.approx(full)
     assert prep.work["attention"].seconds[0, 4] == pytest.approx(none)
     paper = prepare(cfg, None).work["attention"].seconds  # no trace: 0.15 everywhere
     np.testing.assert_allclose(paper, prep.ctx.cost.attention_s(_expected_tokens(np.full(L, 0.15))))
     # memory: K and V of what is kept at the last context, 2 x 3 heads x 64 x 2 bytes per token and layer
     ctx = INPUT + OUTPUT
-    kept = SHARES * ctx + (1 - SHARES) * (BUDGET + 1)
+    kept = SHARES * ctx + (1 - SHARES) * BUDGET
     kept[0] = ctx
     gpu = 2 * H * 64 * 2 * kept.sum()
     assert prep.method.memory(cfg, get_model(MODEL)).gpu_per_seq_bytes == round(gpu)

@@ -62,7 +62,7 @@ class RaaSKnobs(DroppingKnobs):
                       choices=("max", "mean"))
     prompt: str = knob("keep", "keep: every prompt token kept, the budget bounds decoded tokens (the RaaS "
                        "paper); harness: the budget covers the prompt, cut to the pages the last prompt "
-                       "query ranks first (FreeKV's harness)", choices=("keep", "harness"))
+                       "query ranks first (FreeKV's harness)", side="both", choices=("keep", "harness"))
 
 
 @dataclass(frozen=True)
@@ -81,16 +81,16 @@ class RazorAttentionKnobs(MethodKnobs):
     probe_seed: int = knob(0, "seed of the probe tokens", low=0)
     compensation: str = knob("count", "the compensation token in the softmax: weighted by the tokens it "
                              "stands for (count), as one token (single), or dropped (none)",
-                             choices=("count", "single", "none"))
+                             side="both", choices=("count", "single", "none"))
     gqa_heads: str = knob("kv", "retrieval heads under GQA: kv ranks KV heads by their group's best query "
                           "head, so the fractions are shares of KV heads (the paper's ~15% kept whole); "
                           "any_query marks a KV head if any of its query heads ranks (up to G times more)",
                           choices=("kv", "any_query"))
     window_rule: str = knob("paper", "recent tokens of a non-retrieval head: paper max(S0, ceil(N/C)) "
                             "(Algorithm 1; S0 = budget - sink - 1); budget: S0 alone",
-                            choices=("paper", "budget"))
+                            side="both", choices=("paper", "budget"))
     compression_ratio: float = knob(5.0, "C in max(S0, N/C) (estimate: 15% whole heads + 85% at N/5 keep "
-                                    "~32% of the cache, the paper's ~70% reduction)", low=1.0)
+                                    "~32% of the cache, the paper's ~70% reduction)", side="both", low=1.0)
     retrieval_fraction: float | None = knob(
         None, "share of KV heads kept whole; null: the trace's measured probe, else the paper's "
         "0.15", side="simulator", kind=float, low=0.0, high=1.0)
