@@ -230,7 +230,7 @@ def test_a_conditional_sweep_resumes_in_its_storage(tmp_path: Path) -> None:
 
 
 def test_shipped_methods_study_names_every_method_and_validates_with_those_installed(tmp_path: Path) -> None:
-    """studies/methods-cpu.yaml lists the fourteen methods; with the methods this checkout can run (a runtime
+    """studies/methods-cpu.yaml lists the fifteen single-context methods; with the methods this checkout can run (a runtime
     policy and a simulator model) it validates and its space has valid configurations."""
     from traces.catalogue import CATALOGUE, names
 
@@ -239,7 +239,7 @@ def test_shipped_methods_study_names_every_method_and_validates_with_those_insta
 
     data = yaml.safe_load(text)
     ten = ["freekv", "quest", "arkvale", "shadowkv", "infinigen", "streamingllm", "h2o", "snapkv", "raas",
-           "razorattention", "pyramidkv", "duoattention", "cake", "clusterkv"]
+           "razorattention", "pyramidkv", "duoattention", "cake", "clusterkv", "lazyeviction"]
     assert data["search"]["method"] == ten and list(data["baselines"]["untuned"]) == ten
     assert set(ten) <= set(CATALOGUE)
     runnable = [m for m in ten if m in names(searchable=True)]
