@@ -52,4 +52,5 @@ def document_pass(adapter: ModelAdapter, ctx: DecodeContext, ids: torch.Tensor, 
     state = ctx.state
     assert isinstance(state, MultiContextState)
     state.set_segments(seg)
-    adapter.forward(ids, 0, ctx.rope, state.document_prefill, ctx.timer)
+    if state.plan.needs_document_pass:
+        adapter.forward(ids, 0, ctx.rope, state.document_prefill, ctx.timer)

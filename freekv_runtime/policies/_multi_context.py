@@ -124,7 +124,11 @@ class LayerPlan:
 
 
 class RecomputePlan(ABC):
-    """A multi-context method's rule (per request: `MultiContextPolicy.new_plan` makes one per state)."""
+    """A multi-context method's rule (per request: `MultiContextPolicy.new_plan` makes one per state).
+    needs_document_pass: False when the plan recomputes everything (the document caches are never read,
+    so the runner skips the document pass)."""
+
+    needs_document_pass: bool = True
 
     def query_view(self, seg: Segments, device: torch.device) -> torch.Tensor | None:
         """(T,) bool of the document tokens the query rows attend in the document pass (None: all)."""
@@ -210,6 +214,8 @@ class MultiContextState(PolicyState):
     def prefill(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Join, recompute, keep (module docstring); causal attention over the kept tokens."""
         seg = self._segments()
+        if not self.plan.needs_document_pass and len(self.cached) <= layer:
+            self.cached.append((k, v))  # never read: every token is recomputed
         if len(self.cached) <= layer:
             raise RuntimeError("MultiContextState.prefill before the document pass of this layer")
         with self.timer.op("attention"):

@@ -16,6 +16,7 @@ __all__ = ["RagFullRecomputePolicy", "FullRecomputePlan"]
 
 
 class FullRecomputePlan(RecomputePlan):
+    needs_document_pass = False
     def layer_plan(self, seg: Segments, layer: int, fresh_k: torch.Tensor, fresh_v: torch.Tensor,
                    cached_k: torch.Tensor, cached_v: torch.Tensor) -> LayerPlan:
         b, t = fresh_k.shape[0], seg.total_tokens
