@@ -39,6 +39,8 @@ class MultiContextKnobs(MethodKnobs):
     hit_rate: float = knob(1.0, "share of a request's documents whose KV cache is in the document cache "
                            "(host memory); a miss is prefilled instead of fetched", side="simulator",
                            low=0.0, high=1.0)
+    documents: int = knob(4, "documents per request when no trace of the method says (a trace gives its own)",
+                          side="simulator", low=1)
 
 
 @dataclass(frozen=True)
