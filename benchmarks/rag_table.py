@@ -82,13 +82,13 @@ def _label(method: str, knobs: dict) -> str:
 
 
 def _table(rows: list[dict], spec: TaskSpec) -> str:
-    lines = [f"rag_facts, SmolLM2-135M, {spec.context_tokens} tokens, {spec.params.get('documents', 4)} documents, "
-             f"{spec.n_samples} prompts, {spec.decode_tokens} decoded tokens (CPU, float32)", "",
+    lines = [f"rag_facts, SmolLM2-135M, {spec.context_tokens} tokens, {spec.params.get('documents', 4)} "
+             f"documents, {spec.n_samples} prompts, {spec.decode_tokens} decoded tokens (CPU, float32)", "",
              "| method | score | top-1 vs joint | KL vs joint | kept | recomputed | score - no-recompute "
              "(McNemar p) | score - full (McNemar p) | top-1 - no-recompute |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        def diff(name: str, key: str) -> str:
+        def diff(name: str, key: str, r: dict = r) -> str:
             d = r.get(name)
             if d is None:
                 return "-"
@@ -97,7 +97,8 @@ def _table(rows: list[dict], spec: TaskSpec) -> str:
         lines.append(
             f"| {r['label']} | {r['score'][0]:.2f} [{r['score'][1]:.2f}, {r['score'][2]:.2f}] "
             f"| {r['top1'][0]:.3f} [{r['top1'][1]:.3f}, {r['top1'][2]:.3f}] "
-            f"| {r['kl'][0]:.3f} [{r['kl'][1]:.3f}, {r['kl'][2]:.3f}] | {r['kept']:.2f} | {r['recomputed']:.3f} "
+            f"| {r['kl'][0]:.3f} [{r['kl'][1]:.3f}, {r['kl'][2]:.3f}] | {r['kept']:.2f} "
+            f"| {r['recomputed']:.3f} "
             f"| {diff('vs_none', 'score')} | {diff('vs_full', 'score')} | {diff('vs_none', 'top1')} |")
     return "\n".join(lines) + "\n"
 

@@ -50,7 +50,8 @@ from traces.probe import PROBE_KEY
 
 __all__ = [
     "TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "PolicyRunner", "resolve_device",
-    "resolve_dtype", "device_string", "library_versions", "runtime_dict", "samples_dict", "check_task_context",
+    "resolve_dtype", "device_string", "library_versions", "runtime_dict", "samples_dict",
+    "check_task_context",
 ]
 
 GREEDY = Sampling()
@@ -230,14 +231,17 @@ class PolicyRunner:
         policy, untraced: joint prefill), runs the joined prompt as one context."""
         policy = self.policy
         if dense:
-            policy = DensePolicy(replace(self.policy.config, method=DENSE, knobs={}, measure_attention_mass=False))
+            config = replace(self.policy.config, method=DENSE, knobs={}, measure_attention_mass=False)
+            policy = DensePolicy(config)
         multi = isinstance(policy, MultiContextPolicy)
-        out: list[tuple[list[int], torch.Tensor, torch.Tensor | None]] = [([], torch.empty(0), None)] * len(prompts)
+        out: list[tuple[list[int], torch.Tensor, torch.Tensor | None]] = [([], torch.empty(0), None)]
+        out = out * len(prompts)
         keys = [(len(p), s.prefix_tokens, s.query_tokens, *s.document_tokens)
                 for p, s in zip(prompts, segments, strict=True)]
         for idx in batch_groups(keys, self.batch_size):
             n_prompt = len(prompts[idx[0]])
-            ctx = self._context(policy, len(idx), n_prompt + n_tokens, None if dense else self._recorder(len(idx)))
+            recorder = None if dense else self._recorder(len(idx))
+            ctx = self._context(policy, len(idx), n_prompt + n_tokens, recorder)
             ids = self._ids([prompts[i] for i in idx])
             fixed = self._ids([forced[i][:n_tokens] for i in idx]) if forced is not None else None
             forced_logits = None
@@ -368,8 +372,8 @@ def check_task_context(method: str, task_name: str) -> None:
     if entry(method).kind == "multi-context" and not getattr(get_task(task_name), "multi_context", False):
         raise RuntimeInputError(
             f"method {method} joins separately prefilled documents and needs a multi-context task "
-            f"(rag_facts, rag_qa); task {task_name!r} is a single context. Run {method} with --task rag_facts "
-            "or rag_qa, or pick a single-context method")
+            f"(rag_facts, rag_qa); task {task_name!r} is a single context. Run {method} with --task "
+            "rag_facts or rag_qa, or pick a single-context method")
 
 
 def _load(req: TraceRequest, device: torch.device, dtype: torch.dtype) -> LoadedModel:

@@ -5,7 +5,8 @@ returns the n_tokens next-token distributions: row 0 is the prefill's (the first
 multi-context method's joined cache decides most), row i the one after decode step i. Greedy when
 `forced` is None, else teacher-forced on forced[:, :n_tokens] (fidelity against a reference's tokens).
 `continue_with_logits` runs the decode steps after a prefill (a forked multi-context state continues
-both greedily and teacher-forced from one prefill). `document_pass(adapter, ctx, ids, seg)` runs a multi-context policy's document prefill
+both greedily and teacher-forced from one prefill).
+`document_pass(adapter, ctx, ids, seg)` runs a multi-context policy's document prefill
 (freekv_runtime/policies/_multi_context.py) before the decode loop's prefill.
 
 Shapes: b = batch, T = prompt tokens, N = tokens, V = vocabulary.
@@ -36,7 +37,8 @@ def run_with_logits(
 def continue_with_logits(
     ctx: DecodeContext, logits: torch.Tensor, n_prompt: int, n_tokens: int, forced: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The decode steps after a prefill whose last logits (b, V) are given: (tokens (b, N), logits (b, N, V))."""
+    """The decode steps after a prefill whose last logits (b, V) are given -> (tokens (b, N), logits
+    (b, N, V))."""
     rows = [logits.float()]
     tokens = [forced[:, 0] if forced is not None else logits.argmax(-1)]
     for i in range(n_tokens - 1):

@@ -208,8 +208,8 @@ def _multi_context_trailer(rec: PrefillRecord, n_layers: int) -> bytes:
     if mc is None:
         return PREFILL_TRAILER.pack(0)
     if not isinstance(mc, MultiContextRecord):
-        raise TraceError(f"PrefillRecord(sequence={rec.sequence}).multi_context must be a MultiContextRecord, "
-                         f"got {type(mc).__name__}")
+        raise TraceError(f"PrefillRecord(sequence={rec.sequence}).multi_context must be a "
+                         f"MultiContextRecord, got {type(mc).__name__}")
     if len(mc.kept_tokens) != n_layers:
         raise TraceError(f"PrefillRecord(sequence={rec.sequence}).multi_context has {len(mc.kept_tokens)} "
                          f"layers, the model {n_layers}")

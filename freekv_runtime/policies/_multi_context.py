@@ -238,7 +238,7 @@ class MultiContextState(PolicyState):
             self.keep.append(keep)
             self.kept_counts[:, layer] = (keep & docs).sum(-1).cpu().numpy()
             self.recomputed_counts[:, layer] = recompute.sum(-1).cpu().numpy()
-        self.cached[layer] = (cached_k[:, :, :0], cached_v[:, :, :0])  # the document cache is no longer needed
+        self.cached[layer] = (cached_k[:, :, :0], cached_v[:, :, :0])  # the document cache is not read again
         return out
 
     def decode(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

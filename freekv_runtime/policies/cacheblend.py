@@ -28,7 +28,8 @@ __all__ = ["CacheBlendPolicy", "CacheBlendPlan", "value_deviation"]
 
 
 def value_deviation(fresh_v: torch.Tensor, cached_v: torch.Tensor) -> torch.Tensor:
-    """(b, Hkv, T, d) x 2 -> (b, T): sum over heads and channels of (v_fresh - v_cached)^2 (xformers.py:210)."""
+    """(b, Hkv, T, d) x 2 -> (b, T): sum over heads and channels of (v_fresh - v_cached)^2
+    (xformers.py:210)."""
     return ((fresh_v.float() - cached_v.float()) ** 2).sum(dim=(1, 3))
 
 

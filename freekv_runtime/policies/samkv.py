@@ -157,7 +157,8 @@ class SamKVPlan(RecomputePlan):
                                          anchor_keys, importance)
 
     def _layer_scores(self, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per document: (middle block scores (b, n_mid), anchor score (b,)) against its personalised query."""
+        """Per document: (middle block scores (b, n_mid), anchor score (b,)) against its personalised
+        query."""
         obs = self.obs[layer]
         q_hat = personalised_queries(obs.q_que, obs.q_loc) if self.personal_bias else \
             obs.q_que[:, None].expand_as(obs.q_loc)

@@ -75,7 +75,8 @@ def run_rag(task: str, spec: TaskSpec, runner: Any, seed: int, samples: list[Rag
     preds = [answer_text(runner.tokenizer, tokens) for tokens, _, _ in own]
     fn = string_match_all if match == "all" else string_match_part
     scores = [fn(p, s.answers) for p, s in zip(preds, samples, strict=True)]
-    fidelity = [fidelity_scores(ref, forced) for (_, ref, _), (_, _, forced) in zip(reference, own, strict=True)]
+    fidelity = [fidelity_scores(ref, forced)
+                for (_, ref, _), (_, _, forced) in zip(reference, own, strict=True)]
     score, top1, kl = rag_metrics(task)
     return {
         score: estimate(scores, seed, ids=ids, answers=preds),

@@ -68,8 +68,9 @@ class RagFactsTask:
         p = self._params(spec)
         if self._doc_tokens(spec, 40, p["documents"]) < 48:
             raise RuntimeInputError(
-                f"rag_facts context_tokens {spec.context_tokens} leaves fewer than 48 tokens per document for "
-                f"{p['documents']} documents; give at least {p['documents'] * 48 + 140} plus the decode tokens")
+                f"rag_facts context_tokens {spec.context_tokens} leaves fewer than 48 tokens per document "
+                f"for {p['documents']} documents; give at least {p['documents'] * 48 + 140} plus the decode "
+                "tokens")
 
     def samples(self, spec: TaskSpec, tokenizer: Any, seed: int) -> list[RagSample]:
         p = self._params(spec)

@@ -102,12 +102,13 @@ class RagQATask:
         p = {"documents": int_param(self.name, spec.params, "documents", 4, 1, 64),
              "template": template_param(self.name, spec.params)}
         if "data" not in spec.params:
-            raise RuntimeInputError("rag_qa needs params.data: a local multi-document QA file (.jsonl, .json, "
-                                    ".csv, .parquet) with question, answers and passages (docs/tasks.md)")
+            raise RuntimeInputError("rag_qa needs params.data: a local multi-document QA file (.jsonl, "
+                                    ".json, .csv, .parquet) with question, answers and passages "
+                                    "(docs/tasks.md)")
         path = Path(str(spec.params["data"])).expanduser()
         if not path.is_file():
-            raise RuntimeInputError(f"rag_qa params.data {path}: no such file; give a local multi-document QA "
-                                    "file (.jsonl, .json, .csv, .parquet)")
+            raise RuntimeInputError(f"rag_qa params.data {path}: no such file; give a local multi-document "
+                                    "QA file (.jsonl, .json, .csv, .parquet)")
         records = read_records(path)[: spec.n_samples]
         if not records:
             raise RuntimeInputError(f"rag_qa {path}: the file holds no records")

@@ -78,7 +78,8 @@ def _rag_shares(reader: TraceReader, n_layers: int) -> RagShares | None:
     prompt = [r.prefix_tokens + r.total_document_tokens + r.query_tokens for r in records]
     return RagShares(
         documents=float(np.mean([len(r.document_tokens) for r in records])),
-        document_share=float(np.mean([r.total_document_tokens / p for r, p in zip(records, prompt, strict=True)])),
+        document_share=float(np.mean([r.total_document_tokens / p
+                                      for r, p in zip(records, prompt, strict=True)])),
         sequence_ratio=float(np.mean([r.sequence_ratio for r in records])),
         recompute_ratio=ratios[src].astype(np.float64),
     )

@@ -18,7 +18,8 @@ __all__ = ["Epic"]
 class Epic(MultiContextModel):
     sources: ClassVar[tuple[str, ...]] = (
         "Hu et al., EPIC (ICML 2025, arXiv 2410.15332)",
-        "DerekHJH/epic benchmarks_ours/evals/e2e/main.py:196-217, vllm/model_executor/models/llama.py:433-443",
+        "DerekHJH/epic benchmarks_ours/evals/e2e/main.py:196-217, "
+        "vllm/model_executor/models/llama.py:433-443",
     )
 
     def rule_shares(self, n_layers: int, document_tokens: float) -> tuple[float, np.ndarray]:

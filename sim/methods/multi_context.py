@@ -76,7 +76,8 @@ class MultiContextModel(DecoderMethod):
             return ("multi-context shares from the method's rule (no trace of its policy): "
                     f"{self.knobs.documents} documents, {_QUERY_TOKENS} query tokens",)
         return (f"multi-context shares from the trace: {self.shares.documents:g} documents, sequence ratio "
-                f"{self.shares.sequence_ratio:.3f}, mean recompute ratio {self.shares.recompute_ratio.mean():.3f}",)
+                f"{self.shares.sequence_ratio:.3f}, mean recompute ratio "
+                f"{self.shares.recompute_ratio.mean():.3f}",)
 
     def resolved(self, cfg: SimConfig, model: ModelSpec) -> tuple[int, float, float, np.ndarray]:
         """(documents, tokens per document, sequence ratio, recompute ratio (L,)) for this config."""
@@ -116,7 +117,8 @@ class MultiContextModel(DecoderMethod):
                 continue
             linear += (cost.gemm_s(rows, m.hidden_size, (m.n_qo_heads + 2 * m.n_kv_heads) * d)
                        + cost.gemm_s(rows, m.n_qo_heads * d, m.hidden_size)
-                       + cost.gemm_s(rows, m.hidden_size, 2 * m.ffn_size) + cost.gemm_s(rows, m.ffn_size, m.hidden_size))
+                       + cost.gemm_s(rows, m.hidden_size, 2 * m.ffn_size)
+                       + cost.gemm_s(rows, m.ffn_size, m.hidden_size))
             flops = 4.0 * rows * m.n_qo_heads * d * kept
             n_bytes = b * m.n_kv_heads * kept * 2 * d * dt + 2 * rows * m.n_qo_heads * d * dt
             attention += float(cost.kernel_s(flops, n_bytes, 1))

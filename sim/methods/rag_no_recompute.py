@@ -16,7 +16,8 @@ __all__ = ["RagNoRecompute"]
 
 @dataclass(frozen=True)
 class RagNoRecompute(MultiContextModel):
-    sources: ClassVar[tuple[str, ...]] = ("SamKV / CacheBlend 'Reuse' baseline: document caches joined as stored",)
+    sources: ClassVar[tuple[str, ...]] = (
+        "SamKV / CacheBlend 'Reuse' baseline: document caches joined as stored",)
 
     def rule_shares(self, n_layers: int, document_tokens: float) -> tuple[float, np.ndarray]:
         return 1.0, np.zeros(n_layers)

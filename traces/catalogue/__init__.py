@@ -5,7 +5,8 @@ An entry (traces.catalogue.entry.MethodEntry) names a method, its kind, its knob
 and `sim.methods` build their registries from it; the CLI's choices, the study's knob space and Optuna
 parameter names, `dse methods`, README's and docs/methods.md's method lists derive from it, and one
 conformance test per side walks it. Adding a method: a policy file, a model file and an entry in the
-family module of its kind (dense.py, retrieval.py, dropping.py, multi_context.py); see docs/methods.md, "Adding a method".
+family module of its kind (dense.py, retrieval.py, dropping.py, multi_context.py); see docs/methods.md,
+"Adding a method".
 
     from traces.catalogue import entry
     quest = entry("quest")

@@ -100,10 +100,11 @@ ENTRIES = (
                 policy=_P + "rag_full_recompute:RagFullRecomputePolicy",
                 model=_M + "rag_full_recompute:RagFullRecompute",
                 source="the 'Recompute' baseline of SamKV, CacheBlend and EPIC"),
-    MethodEntry("cacheblend", MULTI_CONTEXT, "all tokens recomputed to a check layer, then those whose values "
-                "deviate most", CacheBlendKnobs, policy=_P + "cacheblend:CacheBlendPolicy",
+    MethodEntry("cacheblend", MULTI_CONTEXT, "all tokens recomputed to a check layer, then those whose "
+                "values deviate most", CacheBlendKnobs, policy=_P + "cacheblend:CacheBlendPolicy",
                 model=_M + "cacheblend:CacheBlend",
-                source="Yao et al., CacheBlend (EuroSys 2025, arXiv 2405.16444); YaoJiayi/CacheBlend vllm_blend"),
+                source="Yao et al., CacheBlend (EuroSys 2025, arXiv 2405.16444); YaoJiayi/CacheBlend "
+                "vllm_blend"),
     MethodEntry("epic", MULTI_CONTEXT, "the first tokens of every document recomputed (LegoLink)", EpicKnobs,
                 policy=_P + "epic:EpicPolicy", model=_M + "epic:Epic",
                 source="Hu et al., EPIC (ICML 2025, arXiv 2410.15332); DerekHJH/epic"),
