@@ -11,7 +11,8 @@ numbers, as niah does). The prompt is
             magic number for {key} mentioned in the provided documents is"
 asking the key of one document drawn at random (param `template` chat wraps prefix and query in the
 model's chat template, the answer prefix opening the assistant turn). Prompt + decode tokens =
-context_tokens up to the query's own length (the documents share what remains exactly). Score: RULER's
+context_tokens (up to documents - 1 tokens: the documents share what prefix and query leave, in equal
+parts). Score: RULER's
 string_match_all; fidelity against joint prefill (tasks/rag_common.py). Deterministic for (spec, seed).
 """
 
@@ -42,7 +43,7 @@ PREFIX = ("Some special magic numbers are hidden within the following documents.
           "them. I will quiz you about one of them afterwards.\n")
 QUERY = ("What is the special magic number for {key} mentioned in the provided documents? The special magic "
          "number for {key} mentioned in the provided documents is")
-_QUERY_RESERVE = 48  # tokens kept for the query (its key's length varies)
+_QUERY_RESERVE = 48  # the check's estimate of the query's tokens (a word-pair key; the prompt uses its own)
 
 
 class RagFactsTask:
@@ -60,13 +61,14 @@ class RagFactsTask:
         return {"documents": int_param(self.name, spec.params, "documents", 4, 1, 64),
                 "template": template_param(self.name, spec.params)}
 
-    def _doc_tokens(self, spec: TaskSpec, n_prefix: int, documents: int) -> int:
-        budget = spec.context_tokens - (spec.decode_tokens or self.default_decode_tokens) - n_prefix
-        return (budget - _QUERY_RESERVE) // documents
+    def _doc_tokens(self, spec: TaskSpec, n_other: int, documents: int) -> int:
+        """Tokens of each document: what prefix + query (n_other) and the decode tokens leave, shared."""
+        budget = spec.context_tokens - (spec.decode_tokens or self.default_decode_tokens) - n_other
+        return budget // documents
 
     def check(self, spec: TaskSpec) -> None:
         p = self._params(spec)
-        if self._doc_tokens(spec, 40, p["documents"]) < 48:
+        if self._doc_tokens(spec, 40 + _QUERY_RESERVE, p["documents"]) < 48:
             raise RuntimeInputError(
                 f"rag_facts context_tokens {spec.context_tokens} leaves fewer than 48 tokens per document "
                 f"for {p['documents']} documents; give at least {p['documents'] * 48 + 140} plus the decode "
@@ -77,7 +79,6 @@ class RagFactsTask:
         rng = np.random.default_rng(seed)
         before, after = chat_wrap(tokenizer, p["template"])
         prefix = encode(tokenizer, before + PREFIX)
-        n_doc = self._doc_tokens(spec, len(prefix), p["documents"])
         out = []
         for index in range(spec.n_samples):
             keys: list[str] = []
@@ -86,6 +87,13 @@ class RagFactsTask:
                 if key not in keys:
                     keys.append(key)
             values = [_random_value("numbers", rng) for _ in keys]
+            asked = int(rng.integers(len(keys)))
+            query_text = QUERY.format(key=keys[asked])
+            if after:  # the chat template's turn boundary before the answer prefix
+                question, _, answer_prefix = query_text.partition("? ")
+                query_text = question + "?" + after + answer_prefix
+            query = encode(tokenizer, query_text)
+            n_doc = self._doc_tokens(spec, len(prefix) + len(query), p["documents"])
             words = frozenset(w for k in keys for w in k.split("-"))
             docs = []
             for i, (key, value) in enumerate(zip(keys, values, strict=True)):
@@ -93,12 +101,7 @@ class RagFactsTask:
                 docs.append(haystack_prompt(tokenizer, n_doc, f"Document {i + 1}:\n",
                                             [(depth, NEEDLE.format(type_v="numbers", key=key, value=value))],
                                             "\n", "prose", rng, exclude_words=words))
-            asked = int(rng.integers(len(keys)))
-            query_text = QUERY.format(key=keys[asked])
-            if after:  # the chat template's turn boundary before the answer prefix
-                question, _, answer_prefix = query_text.partition("? ")
-                query_text = question + "?" + after + answer_prefix
-            out.append(RagSample(prefix, docs, encode(tokenizer, query_text), [values[asked]], index))
+            out.append(RagSample(prefix, docs, query, [values[asked]], index))
         return out
 
     def run(self, spec: TaskSpec, runner: Any, seed: int) -> dict[str, Estimate]:
