@@ -11,7 +11,8 @@ Source: Yao et al., "CacheBlend: Fast Large Language Model Serving for RAG with 
   (xformers.py:209-211), with the query (suffix) always (212-215);
 - after the check layer only those tokens' hidden states go on (llama.py:265 `residual[imp_indices]`,
   376 positions) and their fresh K/V overwrite the cached ones (xformers.py:240-245);
-- recomp_ratio 0.16 by default (llama.py:302), 0.18 in the examples (example/blend_*.py:107-108);
+- recomp_ratio 0.16 by default (llama.py:303), 0.18 in the examples (example/blend_wikimqa.py:107,
+  blend_samsum.py:108);
 - nothing is dropped: every token stays attended.
 `ratio_decay` < 1 gives the paper's gradual filtering (section 4.3: each later layer re-selects a shrinking
 share by its own deviation among the previous set), which the public code does not run (one check layer).

@@ -49,7 +49,8 @@ class CacheBlendKnobs(MultiContextKnobs):
     recompute_ratio of the non-query tokens by value deviation (vllm_blend xformers.py:209-217)."""
 
     recompute_ratio: float = knob(0.18, "share of the non-query tokens recomputed after the check layer "
-                                  "(example/blend_*.py:107-108: 0.18; llama.py:302: 0.16)",
+                                  "(example/blend_wikimqa.py:107 and blend_samsum.py:108: 0.18; "
+                                  "vllm_blend llama.py:303: 0.16)",
                                   side="both", low=0.0, high=1.0)
     check_layer: int = knob(1, "layer whose value deviation selects the tokens (llama.py:300 "
                             "check_layers [1]); it and the layers before it recompute every token", low=0)
@@ -64,7 +65,8 @@ class EpicKnobs(MultiContextKnobs):
     """EPIC's LegoLink (kvlink-N in its code): the first link_tokens of every document recomputed."""
 
     link_tokens: int = knob(16, "initial tokens of each document recomputed at every layer "
-                            "(benchmarks_ours/evals/e2e/main.py:202-217, kvlink-16 in long_context)",
+                            "(benchmarks_ours/evals/e2e/main.py:202-217; kvlink-16 is the long_context "
+                            "default)",
                             side="both", low=0)
 
 
