@@ -170,12 +170,26 @@ class Study(_Strict):
         if self.slo is not None and self.slo.hardware is not None and self.slo.hardware not in self.hardware:
             raise ValueError(f"slo.hardware: {self.slo.hardware!r} is not in hardware {self.hardware}")
         self._check_model_limits()
+        self._check_single_context()
         from dse.method_knobs import check_search_knobs, check_untuned
 
         check_search_knobs(self.search)
         check_untuned(self.baselines)
         self._check_grid()
         return self
+
+    def _check_single_context(self) -> None:
+        """Every study task (TASK_NAMES) is a single context: a multi-context method (documents prefilled
+        apart and joined) has nothing to join there."""
+        from traces.catalogue import entry
+
+        multi = [m for m in self.search.method if entry(m).kind == "multi-context"]
+        single = [t.name for t in self.tasks]
+        if multi and single:
+            raise ValueError(
+                f"search.method: {', '.join(multi)} join separately prefilled documents and need a "
+                f"multi-context task, but the study's tasks {', '.join(single)} are single contexts; drop "
+                "them from search.method, or measure them with `dse trace --task rag_facts` (or rag_qa)")
 
     def _check_objectives(self, measured: set[str]) -> None:
         """Each objective measured by a task of the study, on a listed profile and replayed model; none

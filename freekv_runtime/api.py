@@ -27,10 +27,12 @@ import numpy as np
 import torch
 
 from freekv_runtime.config import RuntimeConfig
-from freekv_runtime.decode import DecodeContext, Sampling, generate, teacher_forced
+from freekv_runtime.decode import DecodeContext, Sampling, generate, prefill, teacher_forced
 from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.model import ModelAdapter
+from freekv_runtime.multi_context_run import continue_with_logits, document_pass, run_with_logits
 from freekv_runtime.policies import make_policy
+from freekv_runtime.policies._multi_context import MultiContextPolicy, Segments
 from freekv_runtime.policies.base import KVPolicy
 from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.random_weights import load_random_model
@@ -49,6 +51,7 @@ from traces.probe import PROBE_KEY
 __all__ = [
     "TraceRequest", "TaskSpec", "TraceOutcome", "run_trace", "PolicyRunner", "resolve_device",
     "resolve_dtype", "device_string", "library_versions", "runtime_dict", "samples_dict",
+    "check_task_context",
 ]
 
 GREEDY = Sampling()
@@ -217,6 +220,50 @@ class PolicyRunner:
                 out[i] = tokens[j].tolist()
         return out
 
+    def multi_context_batch(
+        self, prompts: list[list[int]], segments: list[Segments], n_tokens: int,
+        forced: list[list[int]] | None = None, dense: bool = False,
+    ) -> list[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
+        """Per prompt: (n_tokens greedy tokens, their logits (n_tokens, V) on the CPU, row 0 the prefill's;
+        with `forced`, the logits teacher-forced on forced[i] (else None)). A multi-context policy first
+        prefills each document alone (segments give the documents), prefills the joined prompt once and
+        continues both ways from it (the greedy run is traced); any other policy, and `dense` (the dense
+        policy, untraced: joint prefill), runs the joined prompt as one context."""
+        policy = self.policy
+        if dense:
+            config = replace(self.policy.config, method=DENSE, knobs={}, measure_attention_mass=False)
+            policy = DensePolicy(config)
+        multi = isinstance(policy, MultiContextPolicy)
+        out: list[tuple[list[int], torch.Tensor, torch.Tensor | None]] = [([], torch.empty(0), None)]
+        out = out * len(prompts)
+        keys = [(len(p), s.prefix_tokens, s.query_tokens, *s.document_tokens)
+                for p, s in zip(prompts, segments, strict=True)]
+        for idx in batch_groups(keys, self.batch_size):
+            n_prompt = len(prompts[idx[0]])
+            recorder = None if dense else self._recorder(len(idx))
+            ctx = self._context(policy, len(idx), n_prompt + n_tokens, recorder)
+            ids = self._ids([prompts[i] for i in idx])
+            fixed = self._ids([forced[i][:n_tokens] for i in idx]) if forced is not None else None
+            forced_logits = None
+            if multi:
+                with self.timer.op("document_pass"):
+                    document_pass(self.adapter, ctx, ids, segments[idx[0]])
+                with torch.inference_mode():
+                    first = prefill(ctx, ids)
+                twin = replace(ctx, state=ctx.state.fork(), recorder=None)  # type: ignore[attr-defined]
+                tokens, logits = continue_with_logits(ctx, first, n_prompt, n_tokens)
+                if fixed is not None:
+                    forced_logits = continue_with_logits(twin, first, n_prompt, n_tokens, fixed)[1].cpu()
+            else:
+                tokens, logits = run_with_logits(ctx, ids, n_tokens)
+                if fixed is not None:
+                    again = self._context(policy, len(idx), n_prompt + n_tokens, None)
+                    forced_logits = run_with_logits(again, ids, n_tokens, fixed)[1].cpu()
+            logits = logits.cpu()
+            for j, i in enumerate(idx):
+                out[i] = (tokens[j].tolist(), logits[j], None if forced_logits is None else forced_logits[j])
+        return out
+
     # one-sequence forms (one batch of one)
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         return self.generate_batch([prompt_ids], max_new_tokens)[0][0]
@@ -263,6 +310,7 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
     device, dtype = resolve_device(req.device), resolve_dtype(req.dtype)
     task = get_task(req.task.name)
     task.check(req.task)
+    check_task_context(req.runtime.method, req.task.name)
     if req.task.context_tokens > spec.max_position_tokens:
         raise RuntimeInputError(
             f"task context_tokens {req.task.context_tokens} exceeds the {spec.max_position_tokens} positions "
@@ -315,6 +363,17 @@ def run_trace(req: TraceRequest) -> TraceOutcome:
 
 
 RANDOM_INITS = ("device", "cpu")
+
+
+def check_task_context(method: str, task_name: str) -> None:
+    """RuntimeInputError when a multi-context method is asked to run a single-context task."""
+    from traces.catalogue import entry
+
+    if entry(method).kind == "multi-context" and not getattr(get_task(task_name), "multi_context", False):
+        raise RuntimeInputError(
+            f"method {method} joins separately prefilled documents and needs a multi-context task "
+            f"(rag_facts, rag_qa); task {task_name!r} is a single context. Run {method} with --task "
+            "rag_facts or rag_qa, or pick a single-context method")
 
 
 def _load(req: TraceRequest, device: torch.device, dtype: torch.dtype) -> LoadedModel:

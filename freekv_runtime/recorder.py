@@ -62,6 +62,7 @@ class TraceRecorder:
                     prompt_tokens=prompt_tokens,
                     initial_selected=_pages(selected),
                     timings_s=dict(timings_s),
+                    multi_context=None if decisions.multi_context is None else decisions.multi_context[i],
                 )
             )
 

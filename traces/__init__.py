@@ -11,13 +11,14 @@ from __future__ import annotations
 from traces.errors import TraceError
 from traces.models import ModelSpec, get_model
 from traces.reader import TraceReader, open_trace
-from traces.records import FORMAT_VERSION, PrefillRecord, RunMetadata, StepRecord
+from traces.records import FORMAT_VERSION, MultiContextRecord, PrefillRecord, RunMetadata, StepRecord
 from traces.writer import TraceWriter
 
 __all__ = [
     "FORMAT_VERSION",
     "RunMetadata",
     "PrefillRecord",
+    "MultiContextRecord",
     "StepRecord",
     "ModelSpec",
     "get_model",

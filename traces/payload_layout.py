@@ -45,6 +45,7 @@ __all__ = [
     "SequenceState",
     "STEP_FIXED",
     "PREFILL_FIXED",
+    "PREFILL_TRAILER",
     "STEP_FLAG_MASS",
     "STEP_FLAG_FETCHED",
     "STEP_FLAG_EVICTED",
@@ -63,7 +64,11 @@ STEP_FLAG_REFACTORISED = 0x08  # format 2
 STEP_FLAGS_KNOWN = {
     1: STEP_FLAG_MASS,
     2: STEP_FLAG_MASS | STEP_FLAG_FETCHED | STEP_FLAG_EVICTED | STEP_FLAG_REFACTORISED,
+    3: STEP_FLAG_MASS | STEP_FLAG_FETCHED | STEP_FLAG_EVICTED | STEP_FLAG_REFACTORISED,
 }
+# format 3: a PREFILL payload ends with uint32 n + n bytes of UTF-8 JSON, the multi-context record (n = 0:
+# none; traces.records.MultiContextRecord)
+PREFILL_TRAILER = struct.Struct("<I")
 
 
 @dataclass

@@ -12,6 +12,7 @@ import numpy as np
 from traces.page_keys import ID_LIMIT, heads_of, keys_from_ids, keys_to_nested
 from traces.payload_layout import (
     PREFILL_FIXED,
+    PREFILL_TRAILER,
     STEP_FIXED,
     STEP_FLAG_EVICTED,
     STEP_FLAG_FETCHED,
@@ -21,7 +22,7 @@ from traces.payload_layout import (
     SequenceState,
     TimingNames,
 )
-from traces.records import FORMAT_VERSION, PrefillRecord, StepRecord, movement_from_missed
+from traces.records import FORMAT_VERSION, MultiContextRecord, PrefillRecord, StepRecord, movement_from_missed
 from traces.varint import decode_uvarints, gap_decode, unshuffle_bytes, zigzag_decode
 
 __all__ = ["RecordDecoder"]
@@ -180,8 +181,11 @@ class RecordDecoder:
         n_heads = n_layers * n_kv_heads
         counts = cur.take(n_heads)
         keys = cur.keys(counts)
+        multi_context = None
+        if self.version >= 3:
+            multi_context, end = _multi_context(payload, end, n_layers)
         self._check_end(cur, end, payload)
-        return PrefillRecord(seq, prompt, keys_to_nested(keys, n_layers, n_kv_heads), timings)
+        return PrefillRecord(seq, prompt, keys_to_nested(keys, n_layers, n_kv_heads), timings, multi_context)
 
     def reset_sequence(self, seq: int) -> None:
         self.sequences[seq] = SequenceState()
@@ -247,3 +251,22 @@ class RecordDecoder:
             evicted_tokens=None if evicted is None else evicted.astype(np.int32).reshape(shape),
             refactorised=rebuilt,
         )
+
+
+def _multi_context(payload: bytes, offset: int, n_layers: int) -> tuple[MultiContextRecord | None, int]:
+    """The format-3 PREFILL trailer at `offset` -> (the multi-context record or None, the offset after it)."""
+    if offset + PREFILL_TRAILER.size > len(payload):
+        raise ValueError("prefill payload ends before its multi-context trailer")
+    (n,) = PREFILL_TRAILER.unpack_from(payload, offset)
+    offset += PREFILL_TRAILER.size
+    if n == 0:
+        return None, offset
+    if offset + n > len(payload):
+        raise ValueError(f"multi-context trailer of {n} bytes runs past the payload")
+    try:
+        record = MultiContextRecord.from_dict(json.loads(payload[offset:offset + n].decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"multi-context trailer is not UTF-8 JSON: {exc}") from None
+    if len(record.kept_tokens) != n_layers:
+        raise ValueError(f"multi-context record has {len(record.kept_tokens)} layers, the record {n_layers}")
+    return record, offset + n

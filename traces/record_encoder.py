@@ -3,6 +3,7 @@ the timing name table."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from traces.errors import TraceError
 from traces.page_keys import LOW32, counts_per_head, diff_sorted, heads_of, member
 from traces.payload_layout import (
     PREFILL_FIXED,
+    PREFILL_TRAILER,
     STEP_FIXED,
     STEP_FLAG_EVICTED,
     STEP_FLAG_FETCHED,
@@ -21,7 +23,7 @@ from traces.payload_layout import (
     TimingNames,
 )
 from traces.record_check import RecordChecker
-from traces.records import PrefillRecord, StepRecord
+from traces.records import MultiContextRecord, PrefillRecord, StepRecord
 from traces.varint import encode_uvarints, gap_encode, shuffle_bytes, zigzag_encode
 
 __all__ = ["RecordEncoder"]
@@ -165,7 +167,7 @@ class RecordEncoder:
         varints = encode_uvarints(np.concatenate(t_varints + [counts, gap_encode(keys & LOW32, counts)]))
         self.sequences[seq] = SequenceState()  # a prefill starts (or restarts) the sequence
         fixed = PREFILL_FIXED.pack(seq, prompt, self.n_layers, self.n_kv_heads, len(varints))
-        return new_names, fixed + varints + t_bytes
+        return new_names, fixed + varints + t_bytes + _multi_context_trailer(rec, self.n_layers)
 
     def encode_step(self, rec: StepRecord) -> tuple[list[str], bytes]:
         """-> (timing names new to the table, to go in a KEYS frame first; the STEP payload)."""
@@ -198,3 +200,18 @@ class RecordEncoder:
             parts.append(shuffle_bytes(f.mass.ravel()))
         parts.append(t_bytes)
         return b"".join(parts)
+
+
+def _multi_context_trailer(rec: PrefillRecord, n_layers: int) -> bytes:
+    """The format-3 PREFILL trailer: uint32 length + the multi-context record as JSON (length 0: none)."""
+    mc = rec.multi_context
+    if mc is None:
+        return PREFILL_TRAILER.pack(0)
+    if not isinstance(mc, MultiContextRecord):
+        raise TraceError(f"PrefillRecord(sequence={rec.sequence}).multi_context must be a "
+                         f"MultiContextRecord, got {type(mc).__name__}")
+    if len(mc.kept_tokens) != n_layers:
+        raise TraceError(f"PrefillRecord(sequence={rec.sequence}).multi_context has {len(mc.kept_tokens)} "
+                         f"layers, the model {n_layers}")
+    body = json.dumps(mc.to_dict(), separators=(",", ":")).encode("utf-8")
+    return PREFILL_TRAILER.pack(len(body)) + body

@@ -17,6 +17,7 @@ from traces.models import ModelSpec
 
 __all__ = [
     "FORMAT_VERSION", "RunMetadata", "PrefillRecord", "StepRecord", "TimingClock", "movement_from_missed",
+    "MultiContextRecord",
 ]
 
 
@@ -35,7 +36,8 @@ def _same_nested(a: tuple[tuple[np.ndarray, ...], ...], b: tuple[tuple[np.ndarra
     )
 
 # 2: STEP records also store fetched_tokens, evicted_tokens, refactorised (docs/trace_format.md)
-FORMAT_VERSION = 2
+# 3: PREFILL records may carry a multi-context record (documents, kept and recomputed tokens per layer)
+FORMAT_VERSION = 3
 
 TimingClock = Literal["cuda_event", "wall", "none"]
 
@@ -92,24 +94,96 @@ class RunMetadata:
 
 
 @dataclass(frozen=True)
+class MultiContextRecord:
+    """How a multi-context prompt was assembled from document KV caches (format 3).
+
+    The prompt is prefix_tokens (a shared instruction, cached at its own positions), the documents
+    (document_tokens[i] each, prefilled independently as a document cache stores them, then joined) and
+    query_tokens (the user query, always computed). Per layer l: kept_tokens[l] document tokens loaded
+    to the GPU and attended (the rest never leave the document cache), recomputed_tokens[l] document
+    tokens whose K/V were recomputed over the joined context.
+    """
+
+    document_tokens: tuple[int, ...]
+    prefix_tokens: int
+    query_tokens: int
+    kept_tokens: tuple[int, ...]
+    recomputed_tokens: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        n_doc = sum(self.document_tokens)
+        if not self.document_tokens or min(self.document_tokens) < 1:
+            raise ValueError(f"document_tokens must be positive counts, got {self.document_tokens}")
+        if self.prefix_tokens < 0 or self.query_tokens < 1:
+            raise ValueError(f"prefix_tokens must be >= 0 and query_tokens >= 1, got {self.prefix_tokens}, "
+                             f"{self.query_tokens}")
+        if len(self.kept_tokens) != len(self.recomputed_tokens) or not self.kept_tokens:
+            raise ValueError("kept_tokens and recomputed_tokens need one count per layer each")
+        for name in ("kept_tokens", "recomputed_tokens"):
+            values = getattr(self, name)
+            if min(values) < 0 or max(values) > n_doc:
+                raise ValueError(f"{name} must be within 0..{n_doc} (the document tokens), got {values}")
+
+    @property
+    def total_document_tokens(self) -> int:
+        return sum(self.document_tokens)
+
+    @property
+    def sequence_ratio(self) -> float:
+        """Share of the documents' KV loaded to the GPU, mean over layers (SamKV's 'sequence ratio')."""
+        return float(np.mean(self.kept_tokens)) / self.total_document_tokens
+
+    @property
+    def recompute_ratios(self) -> np.ndarray:
+        """(L,) share of the document tokens recomputed at each layer."""
+        return np.asarray(self.recomputed_tokens, dtype=np.float64) / self.total_document_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"document_tokens": list(self.document_tokens), "prefix_tokens": self.prefix_tokens,
+                "query_tokens": self.query_tokens, "kept_tokens": list(self.kept_tokens),
+                "recomputed_tokens": list(self.recomputed_tokens)}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> MultiContextRecord:
+        """ValueError naming the field when `doc` is not a multi-context record."""
+        if not isinstance(doc, dict):
+            raise ValueError(f"multi-context record must be a JSON object, got {type(doc).__name__}")
+        ints = {}
+        for name in ("document_tokens", "kept_tokens", "recomputed_tokens"):
+            value = doc.get(name)
+            if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                      for x in value):
+                raise ValueError(f"multi-context record field {name!r} must be a list of integers")
+            ints[name] = tuple(value)
+        for name in ("prefix_tokens", "query_tokens"):
+            value = doc.get(name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"multi-context record field {name!r} must be an integer")
+            ints[name] = value
+        return cls(**ints)
+
+
+@dataclass(frozen=True)
 class PrefillRecord:
     """One prompt of one sequence was prefilled.
 
     initial_selected[l][h]: page ids the GPU cache holds after prefill (top pages for the last prompt
         query, sink and window pages excluded); empty for dense layers.
     timings_s: measured per-operation time of the prefill ("prefill_total", ...), clock per metadata.
+    multi_context: how the prompt was joined from document caches (format 3; None: a single context).
     """
 
     sequence: int
     prompt_tokens: int
     initial_selected: tuple[tuple[np.ndarray, ...], ...]
     timings_s: dict[str, float] = field(default_factory=dict)
+    multi_context: MultiContextRecord | None = None
 
     def identical(self, other: PrefillRecord) -> bool:
         """Bit-exact equality of every field (arrays by dtype, shape and bytes)."""
         return (
-            (self.sequence, self.prompt_tokens, self.timings_s)
-            == (other.sequence, other.prompt_tokens, other.timings_s)
+            (self.sequence, self.prompt_tokens, self.timings_s, self.multi_context)
+            == (other.sequence, other.prompt_tokens, other.timings_s, other.multi_context)
             and _same_nested(self.initial_selected, other.initial_selected)
         )
 

@@ -121,8 +121,12 @@ def accuracy_options(command: Any) -> Any:
     "--method", "methods", default="freekv,dense", show_default=True,
     help="comma-separated methods with a simulator model (`dse methods`)",
 )
-@click.option("--input-tokens", required=True, type=number(TOKENS))
+@click.option("--input-tokens", type=number(TOKENS), help="prompt tokens per request (or --rag)")
 @click.option("--output-tokens", required=True, type=number(TOKENS))
+@click.option("--rag", "rag", default=None,
+              help="RAG requests instead of --input-tokens: k=DOCS,doc_tokens=N,hit_rate=H[,query_tokens=Q] "
+                   "(the prompt is k x N + Q tokens; multi-context methods fetch the hits' caches from host "
+                   "memory and prefill the misses)")
 @click.option(
     "--slo-ms",
     required=True,
@@ -146,7 +150,8 @@ def accuracy_options(command: Any) -> Any:
 @click.option("--seed", default=0, show_default=True, type=number(SEED))
 @transplant_option
 def command(model: str | None, model_file: Path | None, max_positions: int | None, rope_scaling: str | None,
-            hardware: str, methods: str, input_tokens: int, output_tokens: int, slo_ms: float,
+            hardware: str, methods: str, input_tokens: int | None, output_tokens: int, rag: str | None,
+            slo_ms: float,
             slo_stat: str, demand: str | None, implementation: str, gpu_memory_utilization: float,
             page_size: int | None,
             budget_tokens: int | None, sink_tokens: int | None, window_tokens: int | None,
@@ -172,6 +177,9 @@ def command(model: str | None, model_file: Path | None, max_positions: int | Non
     for path, flag in ((csv_path, "--csv"), (json_path, "--json")):
         if path is not None:
             check_output_file(path, flag)
+    from dse.commands.rag_option import rag_prompt
+
+    input_tokens, request = rag_prompt(rag, input_tokens)
     model = choose_model(model, model_file, max_positions, rope_scaling)
     price = load_prices(prices)
     given = knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers)
@@ -180,7 +188,7 @@ def command(model: str | None, model_file: Path | None, max_positions: int | Non
         methods=split_names(methods, "--method"), input_tokens=input_tokens, output_tokens=output_tokens,
         knobs=given, implementations=(implementation,), software=software,
         transplant_method=transplant_method, demand_ends=True, seed=seed, names=FLAGS,
-        gpu_memory_utilization=gpu_memory_utilization, **what_ifs(overrides, options),
+        gpu_memory_utilization=gpu_memory_utilization, rag=request, **what_ifs(overrides, options),
     )
     run_capacity(base, demand_given=demand is not None, slo_ms=slo_ms, slo_stat=slo_stat, price=price,
                  accuracy_from=accuracy_from, measure=measure, measure_model=measure_model,

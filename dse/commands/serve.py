@@ -58,10 +58,13 @@ __all__ = ["command"]
 @click.option(
     "--input-tokens",
     type=number(TOKENS),
-    default=32768,
-    show_default=True,
-    help="prompt tokens per Poisson request",
+    default=None,
+    help="prompt tokens per Poisson request [32768, or --rag's]",
 )
+@click.option("--rag", "rag", default=None,
+              help="RAG requests instead of --input-tokens: k=DOCS,doc_tokens=N,hit_rate=H[,query_tokens=Q] "
+                   "(the prompt is k x N + Q tokens; multi-context methods fetch the hits' caches from host "
+                   "memory and prefill the misses)")
 @click.option(
     "--output-tokens",
     type=number(TOKENS),
@@ -144,7 +147,8 @@ def command(
     rope_scaling: str | None,
     hardware: str,
     methods: str,
-    input_tokens: int,
+    input_tokens: int | None,
+    rag: str | None,
     output_tokens: int,
     ttft_slo_s: float | None,
     tpot_slo_ms: float,
@@ -242,6 +246,9 @@ def command(
     sched = tuple(check_scheduler(s) for s in split_names(schedulers, "--scheduler"))
     engine_profile = load_engine(engine)
     price = load_prices(prices)
+    from dse.commands.rag_option import rag_prompt
+
+    input_tokens, request = rag_prompt(rag, input_tokens, default=32768)
     fixed = load_requests(requests_file) if requests_file is not None else None
     if fixed is not None:
         input_tokens = max(r.input_tokens for r in fixed)
@@ -273,6 +280,7 @@ def command(
         methods=split_names(methods, "--method"),
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        rag=request,
         knobs=knobs_given(page_size, budget_tokens, sink_tokens, window_tokens, dense_layers),
         implementations=(implementation,),
         software=software,

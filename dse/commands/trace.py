@@ -157,8 +157,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
 @click.option("--task", "task_name", default="passkey", show_default=True,
               help="A task of freekv_runtime.tasks.TASKS: passkey, fidelity, longgen, niah_single, "
                    "niah_multikey, "
-                   "niah_multivalue, niah_multiquery, vt, cwe, fwe, or a benchmark loader (longbench_v2, "
-                   "ruler_jsonl, longgenbench, math500, aime24, gpqa; see docs/tasks.md).")
+                   "niah_multivalue, niah_multiquery, vt, cwe, fwe, the multi-context rag_facts, or a "
+                   "benchmark loader (longbench_v2, ruler_jsonl, longgenbench, math500, aime24, gpqa, "
+                   "rag_qa; see docs/tasks.md).")
 @click.option("--context-tokens", type=number(TOKENS), default=2048, show_default=True,
               help="KV-cache tokens at the last decode step of a sample (prompt + decode tokens).")
 @click.option("--budget-tokens", type=number(TOKENS), default=None,

@@ -29,7 +29,8 @@ from dse.report.simulate import sim_method
 __all__ = ["compared_methods", "best_run", "method_comparison_blocks", "KIND_SYMBOLS"]
 
 _MS = 1e3
-KIND_SYMBOLS = {"retrieval": "circle", "dropping": "triangle-up", "dense": "star", "unknown": "square"}
+KIND_SYMBOLS = {"retrieval": "circle", "dropping": "triangle-up", "dense": "star", "multi-context": "diamond",
+                "unknown": "square"}
 _COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
            "#ccb974", "#64b5cd")
 

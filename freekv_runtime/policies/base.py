@@ -48,9 +48,11 @@ def check_dense_layers(config: RuntimeConfig, shape: AttentionShape) -> None:
 
 @dataclass(frozen=True)
 class PrefillDecisions:
-    """Per batch element b: initial_selected[b][l][h] int32 page ids resident after prefill."""
+    """Per batch element b: initial_selected[b][l][h] int32 page ids resident after prefill;
+    multi_context[b]: how a multi-context prompt was joined (traces.records.MultiContextRecord), or None."""
 
     initial_selected: list[list[list[np.ndarray]]]
+    multi_context: list[Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,11 @@ TASKS: dict[str, str] = {
     "vt": "freekv_runtime.tasks.variable_tracking:VariableTrackingTask",
     "cwe": "freekv_runtime.tasks.words:CommonWordsTask",
     "fwe": "freekv_runtime.tasks.words:FrequentWordsTask",
+    "rag_facts": "freekv_runtime.tasks.rag_facts:RagFactsTask",
     # benchmark loaders (local data only, see tasks/local_data.py)
     "longbench_v2": "freekv_runtime.tasks.longbench_v2:LongBenchV2Task",
     "ruler_jsonl": "freekv_runtime.tasks.ruler_jsonl:RulerJsonlTask",
+    "rag_qa": "freekv_runtime.tasks.rag_qa:RagQATask",
     "longgenbench": "freekv_runtime.tasks.longgenbench:LongGenBenchTask",
     "math500": "freekv_runtime.tasks.reasoning:Math500Task",
     "aime24": "freekv_runtime.tasks.reasoning:Aime24Task",

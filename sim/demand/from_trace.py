@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.demand.records import DENSE_POLICY, Demand, head_map, layer_map
+from sim.demand.records import DENSE_POLICY, Demand, RagShares, head_map, layer_map
 from sim.errors import SimInputError
 from traces.models import ModelSpec, get_model
 from traces.probe import retrieval_heads_of
@@ -63,6 +63,25 @@ def demand_from_trace(trace: str | PathLike[str] | TraceReader, target_model: st
         refactorised=arrays["refactorised"],
         retrieval_share=share,
         retrieval_share_per_layer=share_per_layer,
+        rag=_rag_shares(reader, tgt.n_layers),
+    )
+
+
+def _rag_shares(reader: TraceReader, n_layers: int) -> RagShares | None:
+    """The multi-context records of the trace's prefills as shares (RagShares), per-layer recompute ratios
+    mapped onto `n_layers` target layers by relative depth; None for a single-context trace."""
+    records = [p.multi_context for p in reader.prefills() if p.multi_context is not None]
+    if not records:
+        return None
+    ratios = np.mean([r.recompute_ratios for r in records], axis=0)  # (L_src,)
+    src = np.minimum((np.arange(n_layers) * len(ratios)) // n_layers, len(ratios) - 1)
+    prompt = [r.prefix_tokens + r.total_document_tokens + r.query_tokens for r in records]
+    return RagShares(
+        documents=float(np.mean([len(r.document_tokens) for r in records])),
+        document_share=float(np.mean([r.total_document_tokens / p
+                                      for r, p in zip(records, prompt, strict=True)])),
+        sequence_ratio=float(np.mean([r.sequence_ratio for r in records])),
+        recompute_ratio=ratios[src].astype(np.float64),
     )
 
 

@@ -11,9 +11,22 @@ import numpy as np
 from sim.errors import SimInputError
 from traces.catalogue import DENSE
 
-__all__ = ["Demand", "BatchDemand", "DENSE_POLICY", "layer_map", "head_map"]
+__all__ = ["Demand", "BatchDemand", "DENSE_POLICY", "layer_map", "head_map", "RagShares"]
 
 DENSE_POLICY = DENSE  # the runtime's dense-attention policy (traces.catalogue)
+
+
+@dataclass(frozen=True)
+class RagShares:
+    """What a multi-context trace recorded of how its prompts were joined (traces.records.
+    MultiContextRecord, mean over its sequences), as shares that scale to any prompt length:
+    documents per request, document_share of the prompt's tokens in documents, sequence_ratio (share of
+    the document tokens kept on the GPU, mean over layers) and recompute_ratio (L,) per target layer."""
+
+    documents: float
+    document_share: float
+    sequence_ratio: float
+    recompute_ratio: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Demand:
     refactorised: tuple[np.ndarray, ...] | None = None
     retrieval_share: float | None = None
     retrieval_share_per_layer: np.ndarray | None = None
+    rag: RagShares | None = None  # multi-context traces: how the prompts were joined
 
     @property
     def dense_attention(self) -> bool:

@@ -184,7 +184,9 @@ def _config(q: Question, hw: str, method: str, knobs: KnobResolution, impl: str,
     try:
         return SimConfig(
             model=q.model, hardware=hw, method=method, batch_size=batch, input_tokens=q.input_tokens,
-            output_tokens=q.output_tokens, **knobs.values, method_options=dict(q.method_options),
+            output_tokens=q.output_tokens, **knobs.values,
+            method_options=q.rag.options_for(method, dict(q.method_options)) if q.rag is not None
+            else dict(q.method_options),
             hardware_overrides=dict(q.hardware_overrides), software_overrides=dict(q.software_overrides),
             implementation=impl, transplant_method=q.transplant_method,
             gpu_memory_utilization=q.gpu_memory_utilization, **extra,

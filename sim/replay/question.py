@@ -37,6 +37,8 @@ class Question:
         to price, as a study replays its trace on extra models at one workload).
     gpu_memory_utilization: share of each GPU's memory usable for weights, activations and KV (sim.memory;
         vLLM's default 0.9); stated in every answer's notes.
+    rag: RAG requests (sim.replay.rag.RagRequest; input_tokens is then its prompt length): each
+        multi-context method gets its documents and hit rate as simulator knobs.
     """
 
     model: str
@@ -58,6 +60,7 @@ class Question:
     trace_knobs: bool = True
     model_positions: bool = True
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    rag: Any = None  # sim.replay.rag.RagRequest: the multi-context methods' documents and hit rate
     seed: int = 0
     names: Mapping[str, str] = field(default_factory=dict)
 

@@ -107,6 +107,13 @@ def test_defaults_and_dotted_overrides(tmp_path: Path) -> None:
     assert study.replay_models == ["smollm2-135m"]
 
 
+def test_multi_context_methods_are_refused_on_single_context_tasks(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(DseError, match="cacheblend join separately prefilled documents and need a "
+                                       "multi-context task"):
+        load_study_file(path, ["search.method=[freekv, cacheblend]"])
+
+
 def test_unknown_key_names_line_field_and_valid_keys(tmp_path: Path) -> None:
     path = _write(tmp_path, MINIMAL.replace("samples: 1}", "sampels: 1}"))
     with pytest.raises(DseError) as err:

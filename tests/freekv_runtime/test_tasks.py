@@ -36,8 +36,8 @@ def full_runner(loaded):
 def test_registry_names_and_unknown_task() -> None:
     synthetic = {"passkey", "fidelity", "longgen", "niah_single", "niah_multikey", "niah_multikey_2",
                  "niah_multikey_3", "niah_multivalue",
-                 "niah_multiquery", "vt", "cwe", "fwe"}
-    loaders = {"longbench_v2", "ruler_jsonl", "longgenbench", "math500", "aime24", "gpqa"}
+                 "niah_multiquery", "vt", "cwe", "fwe", "rag_facts"}
+    loaders = {"longbench_v2", "ruler_jsonl", "longgenbench", "math500", "aime24", "gpqa", "rag_qa"}
     assert set(TASKS) == synthetic | loaders
     with pytest.raises(RuntimeInputError, match="unknown task 'qa'.*fidelity.*passkey"):
         get_task("qa")

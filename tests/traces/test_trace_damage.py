@@ -132,7 +132,7 @@ def test_step_with_flag_bits_unknown_to_its_format_raises(tmp_path: Path, closed
     bad = data[:offset] + encode_frame(kind, bytes(payload), 6) + data[end:]
     reader = open_trace(_copy_with_records(closed, tmp_path / "t", bad))
     with pytest.raises(TraceError, match=rf"at byte {offset}: step frame passes its checksum but does not "
-                                         r"decode \(step flags 0x.. set bits 0x80 unknown to format 2\)"):
+                                         r"decode \(step flags 0x.. set bits 0x80 unknown to format 3\)"):
         list(reader.steps())
 
 
@@ -140,7 +140,7 @@ def test_records_file_version_must_match_meta_json(tmp_path: Path, closed: Path)
     data = (closed / "records.bin").read_bytes()
     older = FILE_HEADER.pack(b"FKVTRACE", 1) + data[FILE_HEADER.size:]
     with pytest.raises(TraceError, match=r"records.bin: written in trace format version 1, but meta.json "
-                                         r"says version 2; the two files come from different traces"):
+                                         r"says version 3; the two files come from different traces"):
         open_trace(_copy_with_records(closed, tmp_path / "t", older))
 
 

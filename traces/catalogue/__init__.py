@@ -5,7 +5,8 @@ An entry (traces.catalogue.entry.MethodEntry) names a method, its kind, its knob
 and `sim.methods` build their registries from it; the CLI's choices, the study's knob space and Optuna
 parameter names, `dse methods`, README's and docs/methods.md's method lists derive from it, and one
 conformance test per side walks it. Adding a method: a policy file, a model file and an entry in the
-family module of its kind (dense.py, retrieval.py, dropping.py); see docs/methods.md, "Adding a method".
+family module of its kind (dense.py, retrieval.py, dropping.py, multi_context.py); see docs/methods.md,
+"Adding a method".
 
     from traces.catalogue import entry
     quest = entry("quest")
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traces.catalogue import dense, dropping, retrieval
+from traces.catalogue import dense, dropping, multi_context, retrieval
 from traces.catalogue.entry import KINDS, MethodEntry, import_target
 from traces.catalogue.knobs import KnobError, KnobSpec, MethodKnobs, knob
 
@@ -32,7 +33,8 @@ DENSE = "dense"  # dense attention: the baseline every method is compared with
 _ORDER = ("freekv", "freekv-nohl", "freekv-nodb", "freekv-nosr", "freekv-base", "dense", "full-offload",
           "quest", "arkvale", "shadowkv", "infinigen", "raas", "razorattention", "streamingllm", "h2o",
           "snapkv")
-_ENTRIES = {e.name: e for e in (*dense.ENTRIES, *retrieval.ENTRIES, *dropping.ENTRIES)}
+_ENTRIES = {e.name: e for e in (*dense.ENTRIES, *retrieval.ENTRIES, *dropping.ENTRIES,
+                                        *multi_context.ENTRIES)}
 # name -> entry, in the order listings show them (listed first, then any other entry in module order)
 CATALOGUE: dict[str, MethodEntry] = {
     **{name: _ENTRIES[name] for name in _ORDER if name in _ENTRIES},
