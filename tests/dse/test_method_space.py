@@ -230,8 +230,8 @@ def test_a_conditional_sweep_resumes_in_its_storage(tmp_path: Path) -> None:
 
 
 def test_shipped_methods_study_names_every_method_and_validates_with_those_installed(tmp_path: Path) -> None:
-    """studies/methods-cpu.yaml lists the fifteen single-context methods; with the methods this checkout can run (a runtime
-    policy and a simulator model) it validates and its space has valid configurations."""
+    """studies/methods-cpu.yaml lists the fifteen single-context methods; with the methods this checkout can
+    run (a runtime policy and a simulator model) it validates and its space has valid configurations."""
     from traces.catalogue import CATALOGUE, names
 
     text = (ROOT / "studies" / "methods-cpu.yaml").read_text()
