@@ -32,5 +32,6 @@ def test_dispatch_rows_name_each_op() -> None:
 
 
 def test_host_path_tables_are_listed_and_count_the_rsvd_flops() -> None:
-    assert TABLES == ("tables.svd", "tables.memcpy2d_one_row", "tables.readback", "tables.managed_flag_fault")
+    assert TABLES == ("tables.svd", "tables.memcpy2d_one_row", "tables.readback", "tables.managed_flag_fault",
+                      "tables.pageable_copy")
     assert svd_flops(32768, 1024) == 6.0 * 32768 * 1024**2 + 20.0 * 1024**3

@@ -46,6 +46,9 @@ class _MovedReader:
         for rec in self._reader.steps():
             yield dataclasses.replace(rec, **self._moved(rec))
 
+    def prefills(self):
+        return self._reader.prefills()
+
 
 def test_freekv_v1_trace_fetches_missed_pages_times_page_size(tmp_path: Path) -> None:
     d = demand_from_trace(make_trace(tmp_path / "t"))

@@ -23,7 +23,10 @@ from traces.models import get_model
 
 # every catalogue method with a runtime policy and a model, but FreeKV and dense attention: a new method
 # joins these tests by its catalogue entry
-PEERS = tuple(n for n in names(searchable=True) if n not in ("freekv", "dense"))
+# single-context decode peers; the multi-context methods (document caches fetched at prefill) are tested
+# in test_multi_context_models.py
+PEERS = tuple(n for n in names(searchable=True)
+              if n not in ("freekv", "dense") and CATALOGUE[n].kind != "multi-context")
 MODEL = "llama-3.1-8b"
 
 
