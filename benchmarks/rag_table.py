@@ -3,6 +3,10 @@ prefill, paired against full and no recompute.
 
     python benchmarks/rag_table.py                                  # 24 prompts, 1024 tokens, 4 documents
     python benchmarks/rag_table.py --samples 8 --context-tokens 768 --out runs/rag-table
+    python benchmarks/rag_table.py --only samkv,"samkv block_tokens=16" --out runs/rag-table  # rerun two
+
+With --only, the other configurations' rows and per-prompt scores come from OUT/table.json of an earlier
+run with the same task settings (refused otherwise), so the pairing still uses the same prompts.
 
 One process: the model is loaded once, dense attention's answers on the joined prompts (the fidelity
 reference) computed once, then each configuration runs the same prompts through PolicyRunner (the
@@ -112,6 +116,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path("runs/rag-table"))
+    ap.add_argument("--only", default=None,
+                    help="comma-separated configuration labels to run (e.g. samkv,'samkv block_tokens=16'); "
+                         "the rest are read from OUT/table.json")
     args = ap.parse_args()
     device = torch.device("cpu")
     loaded = load_model("smollm2-135m", None, device, torch.float32)
@@ -122,12 +129,29 @@ def main() -> None:
     rows: list[dict] = []
     per_prompt: dict[str, dict[str, np.ndarray]] = {}
     args.out.mkdir(parents=True, exist_ok=True)
+    labels = [_label(m, k) for m, k in CONFIGS]
+    only = None if args.only is None else [x.strip() for x in args.only.split(",") if x.strip()]
+    earlier: dict = {}
+    if only is not None:
+        unknown = sorted(set(only) - set(labels))
+        if unknown:
+            raise SystemExit(f"--only: unknown configuration {unknown}; valid: {labels}")
+        path = args.out / "table.json"
+        earlier = json.loads(path.read_text()) if path.exists() else {}
+        if earlier.get("spec") != spec.to_dict():
+            raise SystemExit(f"--only needs {path} from a run with the same task settings ({spec.to_dict()})")
     for method, knobs in CONFIGS:
+        label = _label(method, knobs)
+        if only is not None and label not in only:
+            kept = [r for r in earlier["rows"] if r["label"] == label]
+            if kept:
+                rows.append(kept[0])
+                per_prompt[label] = {m: np.array(v) for m, v in earlier["per_prompt"][label].items()}
+            continue
         started = time.perf_counter()
         runner = _Counting(loaded, make_policy(RuntimeConfig(method=method, knobs=knobs)), None,
                            OpTimer(device), batch_size=args.batch_size)
         result = task.run(spec, runner, args.seed)
-        label = _label(method, knobs)
         scores = {m.split("_")[-1]: np.array([s.score for s in e.samples]) for m, e in result.items()}
         per_prompt[label] = scores
         mc = runner.records

@@ -116,11 +116,13 @@ class LayerPlan:
     """One layer's decision, (b, T) bool each: `recompute` (a document token's K/V recomputed over the
     joined context), `keep` (a document token attended); prefix and query entries are ignored (always
     fresh and kept). fuse: blend recomputed and cached K/V by their cosine similarity (SamKV Eq. 4)
-    instead of overwriting."""
+    instead of overwriting; fuse_clip: the cosine clipped to [0, 1] (a blend of the two) where it is
+    negative, instead of Eq. 4 taken literally (`_fuse`)."""
 
     recompute: torch.Tensor
     keep: torch.Tensor
     fuse: bool = False
+    fuse_clip: bool = True
 
 
 class RecomputePlan(ABC):
@@ -162,9 +164,14 @@ def _document_pass_mask(seg: Segments, query_view: torch.Tensor | None, device: 
     return mask
 
 
-def _fuse(fresh: torch.Tensor, cached: torch.Tensor) -> torch.Tensor:
-    """SamKV Eq. 4: theta * new + (1 - theta) * old, theta = cos(new, old) per token and head."""
+def _fuse(fresh: torch.Tensor, cached: torch.Tensor, clip: bool = True) -> torch.Tensor:
+    """SamKV Eq. 4: theta * new + (1 - theta) * old, theta = cos(new, old) per token and head. clip: theta
+    limited to [0, 1], so the result is a blend of the two (section 3.3 calls theta a "blending ratio"
+    whose weights sum to 1 and reports it "around 0.9"; it does not say what a negative cosine does).
+    Unclipped, a negative theta extrapolates past the cached entry (weights < 0 and > 1)."""
     theta = F.cosine_similarity(fresh.float(), cached.float(), dim=-1)[..., None]  # (b, Hkv, T, 1)
+    if clip:
+        theta = theta.clamp(0.0, 1.0)
     return (theta * fresh.float() + (1 - theta) * cached.float()).to(fresh.dtype)
 
 
@@ -224,7 +231,8 @@ class MultiContextState(PolicyState):
             docs = seg.document_mask(q.device)  # (T,)
             recompute = plan.recompute & docs  # (b, T)
             keep = plan.keep | ~docs
-            new_k, new_v = (_fuse(k, cached_k), _fuse(v, cached_v)) if plan.fuse else (k, v)
+            clip = plan.fuse_clip
+            new_k, new_v = (_fuse(k, cached_k, clip), _fuse(v, cached_v, clip)) if plan.fuse else (k, v)
             sel, is_doc = recompute[:, None, :, None], docs[None, None, :, None]
             k_mix = torch.where(is_doc, torch.where(sel, new_k, cached_k), k)  # (b, Hkv, T, d)
             v_mix = torch.where(is_doc, torch.where(sel, new_v, cached_v), v)

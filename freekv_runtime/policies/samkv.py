@@ -26,7 +26,8 @@ shared/reference/seeds/002; no public code). Followed section by section, per la
   token recomputed at layer n has its outputs computed at every earlier layer, attending the kept KV)
   and rule 2 (cached entries reused elsewhere) are what the mechanism does (_multi_context.py).
 - Update (Eq. 4): fusion KV = theta KV_new + (1 - theta) KV_old with theta = cos(KV_new, KV_old) per
-  token and head (the ablations' default), or overwrite.
+  token and head (the ablations' default), theta clipped to [0, 1] (`fusion`: a blend, as section 3.3
+  calls it; `fusion-unclipped` takes a negative cosine as it is, which extrapolates), or overwrite.
 - Answer (end of section 3.3): the user query prefilled again over the updated sparse caches: the
   mechanism's prefill of the query rows.
 Differences: appendix A.1 ranks blocks by a power-law fit of their most-attended token's attention
@@ -115,10 +116,12 @@ class _LayerObs:
 
 class SamKVPlan(RecomputePlan):
     def __init__(self, n_layers: int, block_tokens: int, initial_blocks: int, local_blocks: int,
-                 stable_layers: int, personal_bias: bool, fuse: bool, pauta_sigma: float) -> None:
+                 stable_layers: int, personal_bias: bool, fuse: bool, pauta_sigma: float,
+                 fuse_clip: bool = True) -> None:
         self.n_layers = n_layers
         self.block_tokens, self.initial_blocks, self.local_blocks = block_tokens, initial_blocks, local_blocks
         self.stable_layers, self.personal_bias, self.fuse = stable_layers, personal_bias, fuse
+        self.fuse_clip = fuse_clip
         self.sigma = pauta_sigma
         self.obs: dict[int, _LayerObs] = {}
         self.plans: list[LayerPlan] | None = None
@@ -209,7 +212,7 @@ class SamKVPlan(RecomputePlan):
                 limit = imp.mean() + self.sigma * imp.std(unbiased=False)
                 hot = torch.tensor(middle, device=device)[imp > limit]
                 recompute[row, hot] = keep[row, hot]
-        return LayerPlan(recompute=recompute, keep=keep, fuse=self.fuse)
+        return LayerPlan(recompute=recompute, keep=keep, fuse=self.fuse, fuse_clip=self.fuse_clip)
 
     def layer_plan(self, seg: Segments, layer: int, fresh_k: torch.Tensor, fresh_v: torch.Tensor,
                    cached_k: torch.Tensor, cached_v: torch.Tensor) -> LayerPlan:
@@ -227,4 +230,5 @@ class SamKVPolicy(MultiContextPolicy):
     def new_plan(self, shape: AttentionShape) -> RecomputePlan:
         k = self.config.knobs
         return SamKVPlan(shape.n_layers, k.block_tokens, k.initial_blocks, k.local_blocks, k.stable_layers,
-                         k.personal_bias, k.update == "fusion", k.pauta_sigma)
+                         k.personal_bias, k.update.startswith("fusion"), k.pauta_sigma,
+                         fuse_clip=k.update == "fusion")

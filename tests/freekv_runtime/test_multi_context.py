@@ -19,7 +19,7 @@ from freekv_runtime.errors import RuntimeInputError
 from freekv_runtime.model import ModelAdapter
 from freekv_runtime.multi_context_run import document_pass, run_with_logits
 from freekv_runtime.policies import make_policy
-from freekv_runtime.policies._multi_context import Segments, _document_pass_mask
+from freekv_runtime.policies._multi_context import Segments, _document_pass_mask, _fuse
 from freekv_runtime.policies.cacheblend import CacheBlendPlan
 from freekv_runtime.policies.dense import DensePolicy
 from freekv_runtime.policies.epic import link_positions
@@ -151,6 +151,19 @@ def test_samkv_dynamic_top_p_is_equation_2() -> None:
     s_max, s_min = torch.tensor([4.0, 4.0, 4.0, 4.0]), torch.tensor([0.0, 0.0, 0.0, 0.0])
     s_anc = torch.tensor([1.0, 4.0, 0.0, 5.0])
     assert top_p_ratio(s_anc, s_max, s_min).tolist() == [0.75, 0.0, 0.0, 0.0]
+
+
+def test_samkv_fusion_is_equation_4_with_the_cosine_clipped_to_a_blend() -> None:
+    """Eq. 4 per token and head: theta = cos(new, old); clipped, a negative cosine keeps the old entry
+    (theta 0); unclipped it extrapolates: -0.6 new + 1.6 old."""
+    new = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]]])  # (b, Hkv, T, d)
+    old = torch.tensor([[[[1.0, 1.0], [-0.6, 0.8]]]])
+    theta_aligned = 1 / 2 ** 0.5  # cos((1, 0), (1, 1))
+    expect_first = theta_aligned * new[0, 0, 0] + (1 - theta_aligned) * old[0, 0, 0]
+    clipped, literal = _fuse(new, old, clip=True), _fuse(new, old, clip=False)
+    assert torch.allclose(clipped[0, 0, 0], expect_first) and torch.allclose(literal[0, 0, 0], expect_first)
+    assert torch.allclose(clipped[0, 0, 1], old[0, 0, 1])  # cos = -0.6 clipped to 0
+    assert torch.allclose(literal[0, 0, 1], -0.6 * new[0, 0, 1] + 1.6 * old[0, 0, 1])
 
 
 def test_samkv_keeps_anchors_and_a_subset_of_the_middle() -> None:

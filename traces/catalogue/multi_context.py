@@ -83,8 +83,10 @@ class SamKVKnobs(MultiContextKnobs):
                               "A.2: the final 4-5 layers of the paper's models)", low=1)
     personal_bias: bool = knob(True, "add the other documents' local queries to the user query (Eq. 1)")
     update: str = knob("fusion", "recomputed KV replaces the cached KV (overwrite) or is blended with it "
-                       "by their cosine similarity (fusion, Eq. 4; the ablations' default)",
-                       choices=("fusion", "overwrite"))
+                       "by their cosine similarity (fusion, Eq. 4; the ablations' default), the cosine "
+                       "clipped to [0, 1] so the result is a blend; fusion-unclipped: a negative cosine "
+                       "used as it is (Eq. 4 literally: it extrapolates past the cached KV)",
+                       choices=("fusion", "fusion-unclipped", "overwrite"))
     pauta_sigma: float = knob(3.0, "a middle token is recomputed when its attention exceeds mean + sigma x "
                               "std of its document's (PauTa criterion, appendix A.1)", low=0.0)
 
