@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dse.accuracy.floor import mcnemar_exact
 from freekv_runtime.api import PolicyRunner
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.policies import make_policy
@@ -72,13 +73,6 @@ def _paired(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[float, float, floa
         return float(d.mean()), float(d[0]), float(d[0])
     res = bootstrap((d,), np.mean, n_resamples=4000, method="percentile", rng=np.random.default_rng(seed))
     return float(d.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _mcnemar(x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
-    from scipy.stats import binomtest
-
-    wins, losses = int(np.sum((x == 1) & (y == 0))), int(np.sum((x == 0) & (y == 1)))
-    return (1.0 if wins + losses == 0 else float(binomtest(losses, wins + losses, 0.5).pvalue)), wins, losses
 
 
 def _label(method: str, knobs: dict) -> str:
@@ -162,7 +156,7 @@ def main() -> None:
         for name, ref in (("vs_none", "rag-no-recompute"), ("vs_full", "rag-full-recompute")):
             if ref in per_prompt and ref != label:
                 base = per_prompt[ref]
-                p, wins, losses = _mcnemar(scores["score"], base["score"])
+                p, wins, losses = mcnemar_exact(scores["score"], base["score"])
                 row[name] = {"score": _paired(scores["score"], base["score"], args.seed),
                              "top1": _paired(scores["top1"], base["top1"], args.seed),
                              "p": p, "wins": wins, "losses": losses}

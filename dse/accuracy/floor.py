@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FloorVerdict", "floor_verdict", "FLOOR_RULE", "MEETS", "BELOW", "UNDECIDED", "REFERENCE",
-           "min_prompts_to_meet", "drop_resolvable", "rule_text"]
+           "min_prompts_to_meet", "drop_resolvable", "rule_text", "paired_scores", "mcnemar_exact"]
 
 MEETS, BELOW, UNDECIDED, REFERENCE = "meets", "below", "undecided", "reference"
 RESAMPLES = 4000
@@ -87,7 +87,8 @@ def rule_text(ratio: float) -> str:
     return FLOOR_RULE.format(ratio=ratio, n_min="an interval above 0 and" if math.isinf(n_min) else n_min)
 
 
-def _paired(config: Mapping[str, float], dense: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+def paired_scores(config: Mapping[str, float], dense: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of the prompts both were scored on (NaN left out), in config's order."""
     ids = [i for i in config if i in dense and not math.isnan(config[i]) and not math.isnan(dense[i])]
     return (np.array([config[i] for i in ids], dtype=np.float64),
             np.array([dense[i] for i in ids], dtype=np.float64))
@@ -105,7 +106,9 @@ def _interval(x: np.ndarray, y: np.ndarray, ratio: float, seed: int) -> tuple[fl
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def _mcnemar(x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
+def mcnemar_exact(x: np.ndarray, y: np.ndarray) -> tuple[float, int, int]:
+    """McNemar's exact test of paired 0/1 scores x vs y: (two-sided p, wins of x, losses of x); p = 1
+    when no prompt is discordant."""
     from scipy.stats import binomtest
 
     wins = int(np.sum((x == 1) & (y == 0)))
@@ -120,7 +123,7 @@ def floor_verdict(config: Mapping[str, float], dense: Mapping[str, float], ratio
     attention (see the module docstring for the rule)."""
     if not 0 < ratio <= 1:
         raise ValueError(f"accuracy floor ratio must be in (0, 1], got {ratio}")
-    x, y = _paired(config, dense)
+    x, y = paired_scores(config, dense)
     n = len(x)
     nan = math.nan
     if n < 2:
@@ -129,7 +132,7 @@ def floor_verdict(config: Mapping[str, float], dense: Mapping[str, float], ratio
                             f"{n} prompt(s) scored under both the configuration and dense: nothing to pair")
     low, high = _interval(x, y, ratio, seed)
     binary = bool(np.all(np.isin(x, (0, 1))) and np.all(np.isin(y, (0, 1))))
-    p, wins, losses = _mcnemar(x, y) if binary else (None, None, None)
+    p, wins, losses = mcnemar_exact(x, y) if binary else (None, None, None)
     d = float(x.mean() - ratio * y.mean())
     n_min = min_prompts_to_meet(ratio)
     if high < 0 and (p is None or (p < 0.05 and losses > wins)):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dse.accuracy.floor import floor_verdict, mcnemar_exact, paired_scores
+
 __all__ = ["Resolution", "resolve", "mcnemar_pairs_needed", "paired_means_needed", "detectable_drop",
            "paired_text", "ALPHA", "POWER"]
 
@@ -91,34 +93,24 @@ class Resolution:
         return f"no: ~{self.needed:.0f} pairs"
 
 
-def _paired(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    ids = [i for i in a if i in b and not math.isnan(a[i]) and not math.isnan(b[i])]
-    return (np.array([a[i] for i in ids], dtype=np.float64), np.array([b[i] for i in ids], dtype=np.float64))
-
-
 def resolve(config: Mapping[str, float], reference: Mapping[str, float],
             interval: tuple[float, float] | None = None, seed: int = 0) -> Resolution:
     """The resolution of config - reference over the prompts both were scored on (module docstring).
     interval: the 95% paired bootstrap interval of the mean difference, when already computed (else it
     is computed here, for continuous scores only)."""
-    x, y = _paired(config, reference)
+    x, y = paired_scores(config, reference)
     n = len(x)
     if n < 2:
         return Resolution("none", n, None, False, None, f"{n} paired prompt(s): nothing to test")
     binary = bool(np.all(np.isin(x, (0, 1))) and np.all(np.isin(y, (0, 1))))
     if binary:
-        from scipy.stats import binomtest
-
-        wins, losses = int(np.sum((x == 1) & (y == 0))), int(np.sum((x == 0) & (y == 1)))
-        p = 1.0 if wins + losses == 0 else float(binomtest(losses, wins + losses, 0.5).pvalue)
+        p, wins, losses = mcnemar_exact(x, y)
         needed = mcnemar_pairs_needed(wins / n, losses / n)
         resolved = p < ALPHA
         reason = (f"McNemar exact p = {p:.3g} ({losses} losses, {wins} wins of {n} pairs)" if wins + losses
                   else f"no discordant prompt in {n} pairs")
         return Resolution("mcnemar exact", n, p, resolved, None if resolved else needed, reason)
     if interval is None:
-        from dse.accuracy.floor import floor_verdict
-
         v = floor_verdict(dict(enumerate(x.tolist())), dict(enumerate(y.tolist())), 1.0, seed)
         interval = (v.d_low, v.d_high)
     low, high = interval
