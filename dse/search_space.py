@@ -168,11 +168,9 @@ class SearchSpace:
 
     def _shape_product(self) -> Iterator[TrialConfig]:
         s = self.section
-        own = entry(s.method[0]).knobs.names()  # FreeKV's top-level knobs only where the method takes them
-        tau = 0.0 if "tau" in own else None
-        top = {k: None for k in ("group_pooling", "page_summary") if k not in own}
         for p, b, sink, w in itertools.product(s.page_size, s.budget_tokens, s.sink_tokens, s.window_tokens):
-            yield TrialConfig(s.method[0], tau, p, b, sink, w, **top)
+            shape = {"page_size": p, "budget_tokens": b, "sink_tokens": sink, "window_tokens": w}
+            yield make_config(s.method[0], shape, {"tau": 0.0})  # tau only where the method takes it
 
     def _suggest_knob(self, trial: Any, method: str, knob: str, spec: Any) -> Any:
         name = param_name(method, knob)
