@@ -49,7 +49,7 @@ class _Counting(PolicyRunner):
         self.records: list = []
 
     def _recorder(self, b: int):  # noqa: ANN202
-        recorder = super()._recorder(b)
+        self.n_sequences += b
         records = self.records
 
         class _Keep:
@@ -61,7 +61,6 @@ class _Counting(PolicyRunner):
             def on_step(self, decisions, context_tokens, timings_s) -> None:  # noqa: ANN001
                 return
 
-        del recorder
         return _Keep()
 
 

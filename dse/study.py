@@ -184,11 +184,11 @@ class Study(_Strict):
         from traces.catalogue import entry
 
         multi = [m for m in self.search.method if entry(m).kind == "multi-context"]
-        single = [t.name for t in self.tasks]
-        if multi and single:
+        if multi:
+            tasks = ", ".join(t.name for t in self.tasks)
             raise ValueError(
                 f"search.method: {', '.join(multi)} join separately prefilled documents and need a "
-                f"multi-context task, but the study's tasks {', '.join(single)} are single contexts; drop "
+                f"multi-context task, but the study's tasks {tasks} are single contexts; drop "
                 "them from search.method, or measure them with `dse trace --task rag_facts` (or rag_qa)")
 
     def _check_objectives(self, measured: set[str]) -> None:
