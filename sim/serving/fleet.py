@@ -62,6 +62,8 @@ def simulate(
     """Serve `requests` on the fleet (module docstring)."""
     settings = settings or SchedulerSettings()
     check_scheduler(scheduler)
+    if scheduler == "chunked" and costs.step_time is not None:
+        raise costs.step_time.refuse_mixed(costs.engine_profile.name)
     if len(requests) == 0:
         raise SimInputError("serving simulation needs at least one request")
     if replicas < 1 or (scheduler == "disaggregated" and prefill_replicas < 1):
