@@ -6,11 +6,10 @@
 
 For each row of benchmarks/serving_published.py: the published number, ours on the same setup (model, GPU,
 request lengths, Poisson arrivals, the schedulers with the settings the published runs used, the paper's
-own capacity criterion) and their ratio (ours / published; the target band is 1/1.3 to 1.3). Rows on
-DistServe's OPT-13B also run with DistServe's profiled per-iteration times in place of our step model
-(benchmarks/distserve_profile.py), printed as a second ratio: a diagnostic that tells the scheduler and
-criterion from the step costs. Rows needing tensor parallelism print "not reproducible here". Nothing here
-was fitted to these rows.
+own capacity criterion) on the engine the published run used, and their ratio (ours / published; the
+target band is 1/1.3 to 1.3). Rows may also run on other engines (`diagnostics` of the row: `none`, the
+step model's kernels alone), printed as diagnostic lines. Rows needing tensor parallelism print "not
+reproducible here". Nothing here was fitted to these rows.
 
 Criteria, as the papers' own code applies them:
 - Sarathi-Serve's capacity: the highest QPS with P99 TBT <= the SLO and median scheduling delay <= 2 s
@@ -27,11 +26,13 @@ Criteria, as the papers' own code applies them:
 The rate search is max_rate's (halve from a start rate until one meets the criterion, double until one
 fails, bisect to 5%), run on these criteria.
 
-Engine: every iteration also pays the serving engine's host time (sim/serving/engine.py); `--engine
-as-run` (the default) takes each row's engine (benchmarks/serving_published.py: Vidur's profile of
-Sarathi-Serve's engine, `sarathi-serve-a100`, exact for the Sarathi-Serve rows and a proxy for DistServe's
-vLLM and engine), `--engine none` prices kernels alone (the model before engine profiles), a name or file
-gives one profile to every row.
+Engine (sim/serving/engine.py): `--engine as-run` (the default) takes each row's engine
+(benchmarks/serving_published.py): for the Sarathi-Serve rows Vidur's profile of Sarathi-Serve's engine
+(`sarathi-serve-a100`: host time per iteration added to the step model); for the DistServe rows DistServe's
+own profiles of the vLLM and DistServe engines it measured on OPT-13B (`distserve-vllm-opt13b-a100`,
+`distserve-opt13b-a100`: whole iterations, replacing the step model). `--engine none` prices kernels alone,
+a name or file gives one profile to every row (a whole-step profile runs only the rows on its model and
+GPU; the others print why not).
 
 `--hardware-set` replaces a field of the rows' hardware profiles (sim.config.SimConfig.hardware_overrides)
 for a what-if, e.g. `gpu.achievable_compute_fraction=0.85`: the A100 80GB profiles' GEMM efficiency before
@@ -169,10 +170,8 @@ _RUNS: dict[str, dict[str, Any]] = {}  # rows that share their runs (same setup)
 
 
 def _ours(row: PublishedServing, lengths: list[tuple[int, int]], costs: Any, seed: int) -> dict[str, Any]:
-    engine = getattr(costs, "engine", "")  # DistServe's profile, if these are its step times
     setup = repr((row.model, row.gpu, row.workload, row.criterion, row.quantity, row.scheduler, row.settings,
-                  row.baseline, row.baseline_settings, len(lengths), seed, costs.cfg, engine,
-                  costs.engine_profile))
+                  row.baseline, row.baseline_settings, len(lengths), seed, costs.cfg, costs.engine_profile))
     if setup not in _RUNS:
         _RUNS[setup] = _ours_uncached(row, lengths, costs, seed)
     return dict(_RUNS[setup])
@@ -191,28 +190,32 @@ def _ours_uncached(row: PublishedServing, lengths: list[tuple[int, int]], costs:
 
 def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: int,
              hardware_set: dict[str, float] | None = None, engine: str = "as-run") -> dict[str, Any]:
-    """One row's outcome: ours (and with DistServe's profiled step times), the ratios, or why not run."""
+    """One row's outcome on its engine (or `engine`), the ratio, the diagnostic engines' ratios (as-run
+    only), or why not run."""
+    from sim.serving.engine_steps import StepTimeRefused
+
     out: dict[str, Any] = {"key": row.key, "implementation": implementation, "published": row.published,
                            "engine": row.engine if engine == "as-run" else engine}
     if "tensor parallelism" in row.needs:
         return {**out, "status": "not reproducible here: needs tensor parallelism (not modelled)"}
-    if row.quantity == "decode_iteration_s":
-        w = row.workload
-        costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set, engine)
+    try:
+        if row.quantity == "decode_iteration_s":
+            w = row.workload
+            costs = step_costs(row, [(int(w["context"]), 1)], implementation, hardware_set, engine)
+            out["engine"] = costs.engine_profile.name
+            ours = costs.decode_s(int(w["batch"]), float(w["context"]) + 1)
+            return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published}
+        lengths = _lengths(row, n_requests)
+        costs = step_costs(row, lengths, implementation, hardware_set, engine)
         out["engine"] = costs.engine_profile.name
-        ours = costs.decode_s(int(w["batch"]), float(w["context"]) + 1)
-        return {**out, "status": "ok", "ours": ours, "ratio": ours / row.published}
-    lengths = _lengths(row, n_requests)
-    costs = step_costs(row, lengths, implementation, hardware_set, engine)
-    out["engine"] = costs.engine_profile.name
-    out.update(_ours(row, lengths, costs, seed), status="ok")
+        out.update(_ours(row, lengths, costs, seed), status="ok")
+    except StepTimeRefused as exc:
+        return {**out, "status": f"not run on this engine: {exc}"}
     out["ratio"] = out["ours"] / row.published
-    from benchmarks.distserve_profile import profiled_costs
-
-    out["profiled"] = []
-    for engine in row.profiles:
-        prof = _ours(row, lengths, profiled_costs(costs, engine), seed)
-        out["profiled"].append({**prof, "ratio": prof["ours"] / row.published, "engine": engine})
+    out["diagnostics"] = []
+    for name in row.diagnostics if engine == "as-run" else ():
+        diag = _ours(row, lengths, step_costs(row, lengths, implementation, hardware_set, name), seed)
+        out["diagnostics"].append({**diag, "ratio": diag["ours"] / row.published, "engine": name})
     return out
 
 
@@ -231,11 +234,12 @@ def _print(results: list[dict[str, Any]], rows: dict[str, PublishedServing]) -> 
             base = f"; baseline {r['baseline_rate_per_gpu']:.3g}/GPU at {r['baseline_measured']}" \
                 if "baseline_rate_per_gpu" in r else ""
             print(f"{'':34} {r['rate_per_gpu']:.3g}/GPU at {r['measured']}{base}")
-        for p in r.get("profiled", []):
-            print(f"{'':34} with DistServe's profiled {p['engine']} step times: {p['ours']:.4g} "
-                  f"(ours/pub {p['ratio']:.2f}) at {p['measured']}")
-    print("\nsimulated on CPU from the step model (no GPU run) plus each row's engine host time per "
-          "iteration (sim/engine_profiles); published values and setups: benchmarks/serving_published.py")
+        for d in r.get("diagnostics", []):
+            print(f"{'':34} diagnostic, engine {d['engine']}: {d['ours']:.4g} (ours/pub {d['ratio']:.2f}) "
+                  f"at {d['measured']}")
+    print("\nsimulated on CPU (no GPU run): the step model plus each row's engine host time per iteration, "
+          "or the row's engine's own profiled iteration times (whole-step profiles; sim/engine_profiles); "
+          "published values and setups: benchmarks/serving_published.py")
 
 
 def _hardware_set(items: list[str]) -> dict[str, float] | None:

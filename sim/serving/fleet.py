@@ -94,7 +94,8 @@ def simulate(
         slots = park_slots(costs, max(r.input_tokens for r in requests))
         front = [
             PrefillWorker(
-                env, book, costs, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()]
+                env, book, costs, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
+                settings.max_batched_tokens,
             )
             for _ in range(prefill_replicas)
         ]
