@@ -1,19 +1,19 @@
-"""The `disaggregated` scheduler (sim/serving/schedulers.py): prefill GPUs, the KV handoff over a link,
-decode GPUs.
+"""The `disaggregated` scheduler (sim/serving/schedulers.py): prefill GPUs, the KV handoff over a link, decode
+GPUs.
 
-A `PrefillWorker` prefills its queue's prompts in batches, first come first served: each iteration takes
-the waiting prompts in arrival order while their prompt tokens stay within `max_batched_tokens` (None:
-memory alone) and a parking slot is free for each, as DistServe's context stage forms its batches
-(LLMServe/DistServe distserve/context_stage_scheduler.py:127-172 at commit 82831f1: FCFS while the batch
-size, `max_tokens_per_batch` and the GPU blocks allow; its simulator likewise, simdistserve/base/
-worker.py:204-259, up to the memory's token count, simulate_dist.py:158); a prompt over the cap runs alone.
-A batch of one prompt is priced as that prompt's prefill alone (`StepCosts.prefill_s`), a batch of several
-as one iteration of whole-prompt chunks (`StepCosts.iteration_s`). Each finished prompt's KV stays parked
-on the prefill GPU (it needs one of `park_slots`: as many prompts' KV as its memory holds; with none free
-the worker waits) while the decode router picks a decode GPU and the request waits in that GPU's FIFO queue
-for memory; then the KV moves over the prefill GPU's NIC (one transfer at a time, `kv_bytes /
-kv_link_gbps`), the slot frees, and the first token reaches the user. The `DecodeReplica` takes it into
-its running batch at its next step boundary.
+A `PrefillWorker` prefills its queue's prompts in batches, first come first served: each iteration takes the
+waiting prompts in arrival order while their prompt tokens stay within `max_batched_tokens` (None: memory
+alone) and a parking slot is free for each, as DistServe's context stage forms its batches (LLMServe/DistServe
+distserve/context_stage_scheduler.py:127-172 at commit 82831f1: FCFS while the batch size,
+`max_tokens_per_batch` and the GPU blocks allow; its simulator likewise, simdistserve/base/worker.py:204-259,
+up to the memory's token count, simulate_dist.py:158); a prompt over the cap runs alone. A batch is priced by
+`StepCosts.prefill_batch_s` (a whole-step engine's measured batched prefill; on the step model the prompts'
+prefills alone, summed, with the engine's host time once). Each finished prompt's KV stays parked on the
+prefill GPU (it needs one of `park_slots`: as many prompts' KV as its memory holds; with none free the worker
+waits) while the decode router picks a decode GPU and the request waits in that GPU's FIFO queue for memory;
+then the KV moves over the prefill GPU's NIC (one transfer at a time, `kv_bytes / kv_link_gbps`), the slot
+frees, and the first token reaches the user. The `DecodeReplica` takes it into its running batch at its next
+step boundary.
 """
 
 from __future__ import annotations
@@ -131,11 +131,7 @@ class PrefillWorker:
             for i, _ in batch:
                 self.book.started(i)
             self.book.iteration_tokens(tokens)
-            if len(batch) == 1:
-                dt = self.costs.prefill_s(inputs[0])
-            else:
-                dt = self.costs.iteration_s(0, 0.0, [(n, 0, n) for n in inputs])
-            yield self.env.timeout(dt)
+            yield self.env.timeout(self.costs.prefill_batch_s(inputs))
             self.load -= len(batch)
             for i, slot_i in batch:
                 self.env.process(self._handoff(i, slot_i))

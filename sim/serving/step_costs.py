@@ -155,6 +155,15 @@ class StepCosts:
             return self.step_time.prefill_s([input_tokens])
         return self._model_prefill_s(input_tokens) + self.engine_s(1)
 
+    def prefill_batch_s(self, inputs: list[int]) -> float:
+        """One prefill-only iteration of whole prompts of `inputs` tokens: a whole-step engine's measured
+        batched prefill; on the step model each prompt's prefill alone, summed (a prompt of a few hundred
+        tokens or more is compute-bound, so sharing the weights' reads saves little; no saving is
+        credited), with the engine's host time paid once at all the prompts."""
+        if self.step_time is not None:
+            return self.step_time.prefill_s(inputs)
+        return sum(self._model_prefill_s(n) for n in inputs) + self.engine_s(len(inputs))
+
     def _model_prefill_s(self, input_tokens: int) -> float:
         if input_tokens not in self._prefill:
             cfg = self.cfg.replace(batch_size=1, input_tokens=input_tokens, output_tokens=1)

@@ -109,7 +109,8 @@ def test_dse_serve_names_the_engine(capsys) -> None:
             "--input-tokens", "1024", "--output-tokens", "8", "--arrival-rate", "1", "--n-requests", "10",
             "--scheduler", "chunked"]
     assert main([*base, "--engine", "sarathi-serve-a100"]) == 0
-    assert "engine sarathi-serve-a100 (host time per iteration): Sarathi-Serve's engine" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "engine sarathi-serve-a100 (host time per iteration): Sarathi-Serve's engine" in out
     assert main(base) == 0
     assert "engine none (host time per iteration): kernels only" in capsys.readouterr().out
     assert main([*base, "--engine", "sarathi-serve-a100@high"]) == 0
