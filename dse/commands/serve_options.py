@@ -78,7 +78,8 @@ def scheduler_options(command: Callable) -> Callable:
         click.option(
             "--max-batched-tokens", type=number(TOKENS), default=None,
             help="prefill-first and disaggregated: prompt tokens one prefill iteration takes at most, "
-            "vLLM's max_num_batched_tokens, DistServe's context max_tokens_per_batch [none: memory alone]",
+            "vLLM's max_num_batched_tokens, DistServe's context max_tokens_per_batch [none: prefill-first "
+            "memory alone, disaggregated one prompt per iteration]",
         ),
         click.option(
             "--engine", default="none", show_default=True,

@@ -2,9 +2,9 @@
 GPUs.
 
 A `PrefillWorker` prefills its queue's prompts in batches, first come first served: each iteration takes the
-waiting prompts in arrival order while their prompt tokens stay within `max_batched_tokens` (None: memory
-alone) and a parking slot is free for each, as DistServe's context stage forms its batches (LLMServe/DistServe
-distserve/context_stage_scheduler.py:127-172 at commit 82831f1: FCFS while the batch size,
+waiting prompts in arrival order while their prompt tokens stay within `max_batched_tokens` (None: one prompt
+per iteration) and a parking slot is free for each, as DistServe's context stage forms its batches
+(LLMServe/DistServe distserve/context_stage_scheduler.py:127-172 at commit 82831f1: FCFS while the batch size,
 `max_tokens_per_batch` and the GPU blocks allow; its simulator likewise, simdistserve/base/worker.py:204-259,
 up to the memory's token count, simulate_dist.py:158); a prompt over the cap runs alone. A batch is priced by
 `StepCosts.prefill_batch_s` (a whole-step engine's measured batched prefill; on the step model the prompts'
@@ -123,7 +123,7 @@ class PrefillWorker:
             tokens = self.requests[batch[0][0]].input_tokens
             while self.waiting and self.slots.count < self.slots.capacity:
                 n = self.requests[self.waiting[0]].input_tokens
-                if self.max_batched_tokens is not None and tokens + n > self.max_batched_tokens:
+                if self.max_batched_tokens is None or tokens + n > self.max_batched_tokens:
                     break
                 batch.append((self.waiting.popleft(), self.slots.request()))  # granted at once
                 tokens += n

@@ -24,10 +24,10 @@ answer cites.
   its first token.
 - `disaggregated`: DistServe (arXiv 2401.09670), Splitwise (arXiv 2311.18677), Mooncake (arXiv
   2407.00079). Each prefill GPU batches its waiting prompts first come first served, up to
-  `max_batched_tokens` prompt tokens per iteration (None: as many as its memory parks; a long prompt
-  runs alone), as DistServe's context stage does (sim/serving/disaggregated.py, with its sources); then
-  each prompt's KV state
-  (the method's per-sequence bytes after prefill) moves to a decode GPU over a link of `kv_link_gbps`
+  `max_batched_tokens` prompt tokens per iteration (None: one prompt per iteration: a long prompt
+  saturates the GPU alone, DistServe section 3.1; a prompt over the cap runs alone), as DistServe's
+  context stage does (sim/serving/disaggregated.py, with its sources); then each prompt's KV state (the
+  method's per-sequence bytes after prefill) moves to a decode GPU over a link of `kv_link_gbps`
   (default 50 GB/s: one 400 Gb/s NDR InfiniBand NIC per GPU, as in a DGX H100 and as Splitwise assumes
   for H100 machines) once that decode GPU has memory for the sequence; the whole KV moves after the
   prefill (Splitwise and Mooncake overlap it layer by layer: this is the conservative end). A finished

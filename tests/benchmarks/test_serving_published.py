@@ -13,6 +13,7 @@ from benchmarks.validate_serving import highest_rate, main, meets, runner
 from sim import SimConfig
 from sim.hardware import list_profiles
 from sim.serving import SCHEDULERS, StepCosts, poisson_requests
+from sim.serving.engine import load_engine
 from traces.models import get_model
 
 
@@ -29,6 +30,8 @@ def test_every_row_has_a_source_a_setup_and_a_published_value() -> None:
         if "tensor parallelism" not in row.needs:
             get_model(row.model)  # an unknown model raises
             runner(row.scheduler, row.settings)  # settings a scheduler takes
+            for engine in (row.engine, *row.diagnostics):
+                load_engine(engine)  # a shipped engine profile
     reproducible = [r for r in ROWS
                     if "tensor parallelism" not in r.needs and r.quantity != "decode_iteration_s"]
     assert len(reproducible) >= 2
@@ -71,7 +74,8 @@ def test_a_fast_subset_prints_its_ratios(capsys) -> None:
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("sarathi-table3-mistral-decode"))
     assert float(line.split()[4]) > 0 and ("within 1.3x" in line or "OUTSIDE 1.3x" in line)
-    assert "distserve-fig1-prefill-only" in out and "with DistServe's profiled vllm step times" in out
+    assert "distserve-fig1-prefill-only" in out and "engine distserve-vllm-opt13b-a100" in out
+    assert "diagnostic, engine none" in out  # the kernel-only step model stays a diagnostic line
     assert main(["--rows", "no-such-row"]) == 2
     assert main(["--rows", "sarathi-table3-mistral-decode", "--hardware-set", "gpu.no_such_field=1"]) == 2
     assert "engine sarathi-serve-a100" in out  # each row names the engine it assumed
