@@ -200,3 +200,16 @@ def test_a_bad_whole_step_profile_is_one_error(tmp_path: Path, text: str, words:
     assert str(path) in message and "\n" not in message
     for w in words:
         assert w in message, message
+
+
+def test_dse_serve_runs_a_whole_step_profile_and_refuses_what_it_cannot_price(capsys) -> None:
+    base = ["serve", "--model", "opt-13b", "--hardware", "a100-80g-sxm", "--method", "dense",
+            "--input-tokens", "512", "--output-tokens", "8", "--arrival-rate", "1", "--n-requests", "10",
+            "--engine", "distserve-vllm-opt13b-a100"]
+    assert main([*base, "--scheduler", "prefill-first"]) == 0
+    assert "engine distserve-vllm-opt13b-a100 (whole steps)" in capsys.readouterr().out
+    for extra, words in ((["--scheduler", "chunked"], "no mixed"),
+                         (["--scheduler", "blocking", "--hardware", "h100-sxm"], "hardware 'h100-sxm'")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and "Traceback" not in err
