@@ -140,15 +140,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_Ms = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-_Factor = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+_Ms = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+_Factor = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 _Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
 
 
 class _TermFile(_Strict):
     points_ms: list[tuple[Annotated[int, Field(ge=1, strict=True)], _Ms]] = Field(min_length=1)
     source: _Text
-    range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False)]] | None = None
+    range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False, strict=True)]] | None = None
 
     @field_validator("points_ms")
     @classmethod
@@ -167,15 +167,15 @@ class _TermFile(_Strict):
 
 
 class _PrefillFile(_Strict):
-    fixed_ms: float = Field(allow_inf_nan=False)
+    fixed_ms: float = Field(allow_inf_nan=False, strict=True)
     per_token_ms: _Ms
     per_token_squared_ms: _Ms = 0.0
-    constant_ms: float = Field(default=0.0, allow_inf_nan=False)
+    constant_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
 
 
 class _DecodeFile(_Strict):
-    below_batch: Annotated[int, Field(ge=2)] | None = None
-    fixed_ms: float = Field(allow_inf_nan=False)
+    below_batch: Annotated[int, Field(ge=2, strict=True)] | None = None
+    fixed_ms: float = Field(allow_inf_nan=False, strict=True)
     per_token_ms: _Ms
     per_sequence_ms: _Ms = 0.0
 
