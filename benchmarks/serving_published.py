@@ -60,8 +60,9 @@ class PublishedServing:
     workload: {"requests_csv": path} (lengths from a file, Poisson arrivals) or {"input_tokens": n,
         "output_tokens": n} (fixed lengths, Poisson arrivals); a decode step: {"batch": b, "context": n}.
     criterion: what "meets" means in the paper: {"tbt_p99_s", "scheduling_delay_p50_s"} (Sarathi-Serve's
-        capacity search) or {"ttft_s", "tpot_s", "attainment", "percentile"} (DistServe's goodput: the share
-        of requests meeting both at least `attainment`).
+        capacity search), {"ttft_s", "tpot_s", "attainment"} (DistServe's SLO attainment: the share of
+        requests meeting both at least `attainment`) or {"ttft_s", "tpot_s", "each_percentile"} (each SLO's
+        percentile on its own, as Figure 1 plots them and DistServe's goodput search tests them).
     scheduler / baseline: sim.serving scheduler names; settings / baseline_settings: theirs
         (sim.serving.SchedulerSettings fields, and the pools: prefill_gpus, decode_gpus).
     engine: the engine profile (sim/engine_profiles) of the published run's engine (module docstring).
@@ -115,7 +116,11 @@ _SARATHI_MISTRAL: dict[str, Any] = {
 # (besthub.dev, "Why Separate Prefill and Decode? A Deep Dive into DistServe's Split Inference
 # Architecture", July 2024: "SLOs: P90 TTFT = 0.4 s, P90 TPOT = 0.04 s" for this experiment). The paper
 # itself could not be read offline.
-_DISTSERVE_FIG1 = {"ttft_s": 0.4, "tpot_s": 0.04, "attainment": 0.9}
+# Figure 1 plots P90 TTFT and P90 TPOT, each against its SLO, and its goodput is "constrained by the more
+# stringent one": each SLO's P90 on its own (`each_percentile`), as DistServe's goodput search tests them
+# (simdistserve/benchmarks/search_binary.py:92-101 on simulate_dist.py:298-316: P90 TTFT < its target and
+# P90 TPOT < its target, each over all requests), not 90% of requests within both
+_DISTSERVE_FIG1 = {"ttft_s": 0.4, "tpot_s": 0.04, "each_percentile": 90.0}
 
 ROWS: tuple[PublishedServing, ...] = (
     PublishedServing(
@@ -173,7 +178,7 @@ ROWS: tuple[PublishedServing, ...] = (
         "'achieve[s] per-GPU goodput of 5.6 rps for the prefill phase'",
         model="opt-13b", gpu="a100-80g-sxm", gpus_in_paper="1 A100 80GB",
         workload={"input_tokens": 512, "output_tokens": 1},
-        criterion={"ttft_s": 0.4, "attainment": 0.9},
+        criterion={"ttft_s": 0.4, "each_percentile": 90.0},
         quantity="goodput_rps", scheduler="prefill-first", settings=_DISTSERVE_VLLM, engine=_VLLM_ENGINE,
         diagnostics=(_DISTSERVE_OWN, *_KERNELS), published=5.6,
         published_note="TTFT SLO as the row above (from the same summary); which engine served 'only the "
