@@ -6,7 +6,7 @@
               [--arrival-rate R | --requests FILE | --target-rate R [--seeds K] [--prices FILE]]
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
               [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
-              [--engine none|sarathi-serve-a100|FILE]
+              [--engine none|NAME|FILE]
               [--demand ...] [--implementation ...] [--json FILE]
               [--page-size ... --budget-tokens ... --dense-layers ...] [--set FIELD=VALUE]
               [--option KEY=VALUE] [--software S] [--seed S]
@@ -245,6 +245,8 @@ def command(
         check_output_file(json_path, "--json")
     sched = tuple(check_scheduler(s) for s in split_names(schedulers, "--scheduler"))
     engine_profile = load_engine(engine)
+    if engine_profile.step_time is not None and "chunked" in sched:
+        raise engine_profile.step_time.refuse_mixed(engine_profile.name)
     price = load_prices(prices)
     from dse.commands.rag_option import rag_prompt
 

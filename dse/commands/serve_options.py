@@ -77,15 +77,18 @@ def scheduler_options(command: Callable) -> Callable:
         ),
         click.option(
             "--max-batched-tokens", type=number(TOKENS), default=None,
-            help="prefill-first: prompt tokens one prefill iteration takes at most, vLLM's "
-            "max_num_batched_tokens [none: memory alone]",
+            help="prefill-first and disaggregated: prompt tokens one prefill iteration takes at most, "
+            "vLLM's max_num_batched_tokens, DistServe's context max_tokens_per_batch [none: prefill-first "
+            "memory alone, disaggregated one prompt per iteration]",
         ),
         click.option(
             "--engine", default="none", show_default=True,
             help="serving engine whose host time per iteration (scheduling, input preparation, sampling, "
             "output processing) adds to every iteration: none (kernels only) or an engine profile "
             "(sim/engine_profiles: sarathi-serve-a100, Vidur's profile of Sarathi-Serve's vLLM-0.2-era "
-            "engine), or a path to such a YAML file; NAME@low or NAME@high puts every term at that end of "
-            "its range",
+            "engine), or a whole-step profile that replaces the step model's iteration times on the model "
+            "and GPU it was measured on (distserve-vllm-opt13b-a100, distserve-opt13b-a100: DistServe's "
+            "profiles of vLLM and of its engine, OPT-13B on an A100 80GB), or a path to such a YAML file; "
+            "NAME@low or NAME@high puts every term at that end of its range",
         ),
     ])

@@ -4,7 +4,8 @@ TTFT and per-token latency, the highest rate under SLOs and the fewest GPUs for 
 One concept per module:
 - `requests`: Poisson streams and request files;
 - `step_costs`: the step model's decode step, prefill and prefill-chunk costs, memory per sequence;
-- `engine`: serving-engine profiles, the host time every iteration pays outside the kernels (`--engine`);
+- `engine`: serving-engine profiles (`--engine`): the host time every iteration pays outside the kernels,
+  or (`engine_steps`) an engine's measured whole-iteration times replacing the step model's;
 - `schedulers`: `blocking`, `chunked`, `disaggregated`: what each does and the cost model it cites;
 - `replica` (state every scheduler shares; `blocking`), `prefill_first`, `chunked`, `disaggregated`: the
   schedulers;

@@ -1,12 +1,19 @@
-"""The `disaggregated` scheduler (sim/serving/schedulers.py): prefill GPUs, the KV handoff over a link,
-decode GPUs.
+"""The `disaggregated` scheduler (sim/serving/schedulers.py): prefill GPUs, the KV handoff over a link, decode
+GPUs.
 
-A `PrefillWorker` runs its queue's prompts one at a time. Each finished prompt's KV stays parked on the
-prefill GPU (it needs one of `park_slots`: as many prompts' KV as its memory holds; with none free the
-worker waits) while the decode router picks a decode GPU and the request waits in that GPU's FIFO queue
-for memory; then the KV moves over the prefill GPU's NIC (one transfer at a time, `kv_bytes /
-kv_link_gbps`), the slot frees, and the first token reaches the user. The `DecodeReplica` takes it into
-its running batch at its next step boundary.
+A `PrefillWorker` prefills its queue's prompts in batches, first come first served: each iteration takes the
+waiting prompts in arrival order while their prompt tokens stay within `max_batched_tokens` (None: one prompt
+per iteration) and a parking slot is free for each, as DistServe's context stage forms its batches
+(LLMServe/DistServe distserve/context_stage_scheduler.py:127-172 at commit 82831f1: FCFS while the batch size,
+`max_tokens_per_batch` and the GPU blocks allow; its simulator likewise, simdistserve/base/worker.py:204-259,
+up to the memory's token count, simulate_dist.py:158); a prompt over the cap runs alone. A batch is priced by
+`StepCosts.prefill_batch_s` (a whole-step engine's measured batched prefill; on the step model the prompts'
+prefills alone, summed, with the engine's host time once). Each finished prompt's KV stays parked on the
+prefill GPU (it needs one of `park_slots`: as many prompts' KV as its memory holds; with none free the worker
+waits) while the decode router picks a decode GPU and the request waits in that GPU's FIFO queue for memory;
+then the KV moves over the prefill GPU's NIC (one transfer at a time, `kv_bytes / kv_link_gbps`), the slot
+frees, and the first token reaches the user. The `DecodeReplica` takes it into its running batch at its next
+step boundary.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ class PrefillWorker:
         slots: int,
         link_gbps: float,
         pick_decode: Callable[[], DecodeReplica],
+        max_batched_tokens: int | None = None,
     ) -> None:
         self.env, self.book, self.costs = env, book, costs
         self.requests = book.requests
@@ -93,6 +101,7 @@ class PrefillWorker:
         self.nic = simpy.Resource(env, capacity=1)
         self.link_bytes_per_s = link_gbps * 1e9
         self.pick_decode = pick_decode
+        self.max_batched_tokens = max_batched_tokens
         self.wake = env.event()
 
     def enqueue(self, i: int) -> None:
@@ -109,12 +118,23 @@ class PrefillWorker:
                 yield self.wake
                 continue
             slot = self.slots.request()
-            yield slot
-            i = self.waiting.popleft()
-            self.book.started(i)
-            yield self.env.timeout(self.costs.prefill_s(self.requests[i].input_tokens))
-            self.load -= 1
-            self.env.process(self._handoff(i, slot))
+            yield slot  # a parking slot for the first prompt, then as many more as are free now
+            batch = [(self.waiting.popleft(), slot)]
+            tokens = self.requests[batch[0][0]].input_tokens
+            while self.waiting and self.slots.count < self.slots.capacity:
+                n = self.requests[self.waiting[0]].input_tokens
+                if self.max_batched_tokens is None or tokens + n > self.max_batched_tokens:
+                    break
+                batch.append((self.waiting.popleft(), self.slots.request()))  # granted at once
+                tokens += n
+            inputs = [self.requests[i].input_tokens for i, _ in batch]
+            for i, _ in batch:
+                self.book.started(i)
+            self.book.iteration_tokens(tokens)
+            yield self.env.timeout(self.costs.prefill_batch_s(inputs))
+            self.load -= len(batch)
+            for i, slot_i in batch:
+                self.env.process(self._handoff(i, slot_i))
 
     def _handoff(self, i: int, slot: simpy.Event) -> Generator[simpy.Event, object, None]:
         self.book.prefilled(i)

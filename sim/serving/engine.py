@@ -1,18 +1,32 @@
-"""Serving-engine profiles: the host time a serving engine spends on every iteration outside the GPU's
-kernels (scheduling, preparing the inputs, sampling, processing the outputs, worker messaging), which a
-synchronous engine pays in series with each iteration's model forward.
+"""Serving-engine profiles: what a serving engine adds to, or replaces in, the step model's price of each
+iteration. Two kinds, one per file:
+
+- host time per iteration (`terms:`): the time the engine spends on every iteration outside the GPU's
+  kernels (scheduling, preparing the inputs, sampling, processing the outputs, worker messaging), which a
+  synchronous engine pays in series with each iteration's model forward: added to the step model's
+  kernel time. Measured by profiling the engine's CPU work per iteration (Vidur's cpu_overheads), so it
+  holds on any model and GPU.
+- whole steps (`step_time:`): the engine's measured time of a whole iteration (forward, host work and
+  messaging), fitted per iteration shape on one model, GPU and method (sim/serving/engine_steps.py:
+  DistServe's profiles of vLLM and of its own engine): replaces the step model's price of decode and
+  prefill iterations; only that model, GPU and method, and no chunked scheduler.
 
 A profile is a YAML file `sim/engine_profiles/<name>.yaml` (or any path to such a file):
 
     name: <the file's stem>
     description: <one line: which engine, GPU and model it was measured on>
-    terms:
+    terms:                                      # host time per iteration
       <term>:                                   # e.g. schedule, sampler_e2e, process_model_outputs
         points_ms: [[<sequences>, <ms>], ...]   # per-iteration milliseconds at that many sequences in the
                                                 # iteration (strictly increasing sequence counts)
         source: "<where the numbers are from; 'estimate: <reasoning>' where no measurement exists>"
         range: [<low>, <high>]                  # optional scale factors (low <= 1 <= high) the term could
                                                 # take; required for an estimate
+    step_time:                                  # or whole steps (not both)
+      model: <registry name>   hardware: <profile name>   method: dense   source: "<repo file:line@commit>"
+      prefill: {fixed_ms, per_token_ms, per_token_squared_ms, constant_ms}
+      decode: [{below_batch: <B>, fixed_ms, per_token_ms, per_sequence_ms}, ..., {fixed_ms, ...}]
+      per_iteration: {fixed_ms, per_context_token_ms}
 
 An iteration of `n` sequences (decode tokens and prefill chunks: Vidur's `batch.size`) costs the sum of its
 terms, each interpolated linearly between its points and extended linearly past its ends along the end
@@ -29,14 +43,16 @@ vidur/config/config.py:559-562).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import SimInputError
+from sim.serving.engine_steps import DecodeSegment, StepTime
 from sim.yaml_io import FileReadError, load_yaml, read_text_file
 
 __all__ = ["EngineProfile", "EngineTerm", "EngineError", "DEFAULT_ENGINE", "load_engine", "list_engines",
@@ -44,8 +60,6 @@ __all__ = ["EngineProfile", "EngineTerm", "EngineError", "DEFAULT_ENGINE", "load
 
 DEFAULT_ENGINE = "none"
 ENGINE_DIR = Path(__file__).resolve().parent.parent / "engine_profiles"
-_TOP_KEYS = ("name", "description", "terms")
-_TERM_KEYS = ("points_ms", "source", "range")
 
 
 class EngineError(SimInputError):
@@ -76,12 +90,19 @@ class EngineTerm:
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """A serving engine's per-iteration host costs (module docstring)."""
+    """A serving engine's per-iteration host costs, or its whole-step times (module docstring)."""
 
     name: str
     description: str
     terms: tuple[EngineTerm, ...] = ()
     path: str = field(default="", compare=False)
+    step_time: StepTime | None = None
+
+    @property
+    def prices(self) -> str:
+        """What the profile prices: "whole steps" (replacing the step model) or "host time per iteration"
+        (added to it)."""
+        return "whole steps" if self.step_time is not None else "host time per iteration"
 
     def iteration_s(self, sequences: int, end: str = "value") -> float:
         """Host seconds of one iteration of `sequences` sequences (0 without sequences or terms); `end`:
@@ -92,9 +113,14 @@ class EngineProfile:
         return sum(t.ms_at(sequences, pick(t)) for t in self.terms) / 1e3
 
     def at_end(self, end: str) -> EngineProfile:
-        """This profile with every term at one end of its range ("low" or "high"; "value": itself)."""
+        """This profile with every term at one end of its range ("low" or "high"; "value": itself; a
+        whole-step profile has no ranges and refuses)."""
         if end == "value":
             return self
+        if self.step_time is not None:
+            raise EngineError(
+                f"--engine {self.name}@{end}: a whole-step profile has no ranges; give {self.name} alone"
+            )
         i = {"low": 0, "high": 1}[end]
         terms = tuple(
             EngineTerm(t.name, t.sequences, tuple(v * t.range[i] for v in t.ms), t.source, (1.0, 1.0))
@@ -104,79 +130,172 @@ class EngineProfile:
 
     def label(self) -> str:
         """The engine an answer assumes, in words."""
-        return f"{self.name}: {self.description}"
+        return f"{self.name} ({self.prices}): {self.description}"
 
 
 NONE = EngineProfile(DEFAULT_ENGINE, "kernels only: no per-iteration engine host time")
 
 
-def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EngineError(f"{where}: must be a finite number, got {value!r}")
-    return float(value)
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _term(name: str, raw: object, origin: str) -> EngineTerm:
-    where = f"engine profile {origin}: term {name!r}"
-    if not isinstance(raw, dict):
-        raise EngineError(f"{where}: expected a mapping with keys {', '.join(_TERM_KEYS)}, got {raw!r}")
-    unknown = sorted(set(raw) - set(_TERM_KEYS))
-    if unknown:
-        raise EngineError(
-            f"{where}: unknown key(s) {unknown}; valid keys: points_ms ([[sequences, ms], ...]), source "
-            "(where the numbers are from), range ([low, high] scale factors, required for an estimate)"
-        )
-    source = raw.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise EngineError(f"{where}: 'source' must say where the numbers are from (non-empty text)")
-    points = raw.get("points_ms")
-    if not isinstance(points, list) or not points or not all(
-        isinstance(p, list) and len(p) == 2 for p in points
-    ):
-        raise EngineError(f"{where}: 'points_ms' must be a non-empty list of [sequences, ms] pairs")
-    seqs = [_number(p[0], f"{where}: points_ms sequences") for p in points]
-    ms = [_number(p[1], f"{where}: points_ms ms") for p in points]
-    if any(s < 1 or s != int(s) for s in seqs) or any(b <= a for a, b in zip(seqs, seqs[1:], strict=False)):
-        raise EngineError(
-            f"{where}: points_ms sequence counts must be whole numbers >= 1, strictly increasing"
-        )
-    if any(v < 0 for v in ms):
-        raise EngineError(f"{where}: points_ms milliseconds must be >= 0")
-    span = (1.0, 1.0)
-    if "range" in raw:
-        r = raw["range"]
-        if not isinstance(r, list) or len(r) != 2:
-            raise EngineError(f"{where}: 'range' must be [low, high] scale factors, got {r!r}")
-        lo, hi = (_number(v, f"{where}: range") for v in r)
-        if not 0 <= lo <= 1 <= hi:
-            raise EngineError(f"{where}: 'range' must satisfy 0 <= low <= 1 <= high, got {r!r}")
-        span = (lo, hi)
-    elif source.strip().lower().startswith("estimate"):
-        raise EngineError(f"{where}: an estimate needs 'range: [low, high]' (scale factors it could take)")
-    return EngineTerm(name, tuple(int(s) for s in seqs), tuple(ms), source.strip(), span)
+_Ms = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+_Factor = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+_Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
+
+
+class _TermFile(_Strict):
+    points_ms: list[tuple[Annotated[int, Field(ge=1, strict=True)], _Ms]] = Field(min_length=1)
+    source: _Text
+    range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False, strict=True)]] | None = None
+
+    @field_validator("points_ms")
+    @classmethod
+    def _increasing(cls, points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)):
+            raise ValueError("sequence counts must be strictly increasing")
+        return points
+
+    @model_validator(mode="after")
+    def _estimate_has_range(self) -> _TermFile:
+        if self.range is not None and self.range[0] > 1:
+            raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
+        if self.range is None and self.source.strip().lower().startswith("estimate"):
+            raise ValueError("an estimate needs 'range: [low, high]' (scale factors it could take)")
+        return self
+
+
+class _PrefillFile(_Strict):
+    fixed_ms: float = Field(allow_inf_nan=False, strict=True)
+    per_token_ms: _Ms
+    per_token_squared_ms: _Ms = 0.0
+    constant_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
+
+
+class _DecodeFile(_Strict):
+    below_batch: Annotated[int, Field(ge=2, strict=True)] | None = None
+    fixed_ms: float = Field(allow_inf_nan=False, strict=True)
+    per_token_ms: _Ms
+    per_sequence_ms: _Ms = 0.0
+
+
+class _IterationFile(_Strict):
+    fixed_ms: _Ms = 0.0
+    per_context_token_ms: _Ms = 0.0
+
+
+class _StepTimeFile(_Strict):
+    model: _Text
+    hardware: _Text
+    method: _Text = "dense"
+    source: _Text
+    prefill: _PrefillFile
+    decode: list[_DecodeFile] = Field(min_length=1)
+    per_iteration: _IterationFile = _IterationFile()
+
+    @field_validator("decode")
+    @classmethod
+    def _segments(cls, segs: list[_DecodeFile]) -> list[_DecodeFile]:
+        bounds = [s.below_batch for s in segs]
+        if bounds[-1] is not None or any(b is None for b in bounds[:-1]):
+            raise ValueError("every segment but the last needs 'below_batch'; the last has none")
+        if any(b <= a for a, b in zip(bounds[:-1], bounds[1:-1], strict=False)):  # type: ignore[operator]
+            raise ValueError("'below_batch' must be strictly increasing")
+        return segs
+
+
+class _ProfileFile(_Strict):
+    name: _Text
+    description: _Text
+    terms: dict[str, _TermFile] | None = None
+    step_time: _StepTimeFile | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> _ProfileFile:
+        if self.terms and self.step_time is not None:
+            raise ValueError(
+                "give 'terms' (host time per iteration, added to the step model) or 'step_time' (whole "
+                "steps, replacing it), not both"
+            )
+        return self
+
+
+_VALID_KEYS = {
+    _ProfileFile: "name, description, terms (term -> {points_ms, source, range}) or step_time",
+    _TermFile: "points_ms ([[sequences, ms], ...]), source (where the numbers are from), range ([low, high] "
+    "scale factors, required for an estimate)",
+}
+
+
+def _schema_at(loc: tuple[object, ...]) -> type[BaseModel]:
+    """The schema model of the mapping at location `loc` (for 'unknown key' messages)."""
+    if not loc:
+        return _ProfileFile
+    if loc[0] == "terms":
+        return _TermFile
+    sections: dict[object, type[BaseModel]] = {
+        "prefill": _PrefillFile, "decode": _DecodeFile, "per_iteration": _IterationFile
+    }
+    return sections.get(loc[1], _StepTimeFile) if len(loc) > 1 else _StepTimeFile
+
+
+def _where(loc: tuple[object, ...]) -> str:
+    if len(loc) >= 2 and loc[0] == "terms":
+        rest = ".".join(str(p) for p in loc[2:])
+        return f"term {loc[1]!r}" + (f" {rest}" if rest else "")
+    return ".".join(str(p) for p in loc) or "top level"
+
+
+def _describe(exc: ValidationError, origin: str) -> str:
+    """The first validation error as one line naming the file, the key and what is valid."""
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _schema_at(loc[:-1])
+        valid = _VALID_KEYS.get(parent, ", ".join(parent.model_fields))
+        where = _where(loc[:-1])
+        return (f"engine profile {origin}: {where}: unknown key(s) {[str(loc[-1])]}; valid keys: {valid}; "
+                "see sim/serving/engine.py")
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "missing":
+        msg = "missing (required)"
+    elif kind not in ("value_error",) and not isinstance(err.get("input"), dict):
+        msg += f", got {err.get('input')!r}"
+    if loc[-1:] == ("points_ms",) or "points_ms" in loc:
+        msg = f"points_ms must be a non-empty list of [sequences >= 1, ms >= 0] pairs: {msg}"
+    return f"engine profile {origin}: {_where(loc)}: {msg}"
+
+
+def _step_time(f: _StepTimeFile) -> StepTime:
+    segments = tuple(
+        DecodeSegment(s.fixed_ms, s.per_token_ms, s.per_sequence_ms, s.below_batch) for s in f.decode
+    )
+    p, it = f.prefill, f.per_iteration
+    return StepTime(
+        f.model, f.hardware, f.method, " ".join(f.source.split()), p.fixed_ms, p.per_token_ms,
+        p.per_token_squared_ms, p.constant_ms, segments, it.fixed_ms, it.per_context_token_ms,
+    )
 
 
 def _build(raw: object, origin: str, stem: str | None) -> EngineProfile:
     if not isinstance(raw, dict):
-        raise EngineError(f"engine profile {origin}: expected a mapping with keys {', '.join(_TOP_KEYS)}")
-    unknown = sorted(set(raw) - set(_TOP_KEYS))
-    if unknown:
-        raise EngineError(
-            f"engine profile {origin}: unknown key(s) {unknown}; valid keys: name, description, terms "
-            "(term -> {points_ms, source, range}); see sim/serving/engine.py"
-        )
-    name, description = raw.get("name"), raw.get("description")
-    if not isinstance(name, str) or not name.strip():
-        raise EngineError(f"engine profile {origin}: 'name' must be non-empty text")
-    if stem is not None and name != stem:
-        raise EngineError(f"engine profile {origin}: 'name' {name!r} must equal the file name {stem!r}")
-    if not isinstance(description, str) or not description.strip():
-        raise EngineError(f"engine profile {origin}: 'description' must be non-empty text")
-    terms = raw.get("terms") or {}
-    if not isinstance(terms, dict):
-        raise EngineError(f"engine profile {origin}: 'terms' must be a mapping of term name -> entry")
-    built = tuple(_term(str(k), v, origin) for k, v in terms.items())
-    return EngineProfile(name.strip(), " ".join(description.split()), built, origin)
+        keys = _VALID_KEYS[_ProfileFile]
+        raise EngineError(f"engine profile {origin}: expected a mapping with keys {keys}")
+    try:
+        f = _ProfileFile.model_validate(raw)
+    except ValidationError as exc:
+        raise EngineError(_describe(exc, origin)) from None
+    if stem is not None and f.name != stem:
+        raise EngineError(f"engine profile {origin}: 'name' {f.name!r} must equal the file name {stem!r}")
+    terms = tuple(
+        EngineTerm(str(k), tuple(s for s, _ in t.points_ms), tuple(float(m) for _, m in t.points_ms),
+                   t.source.strip(), tuple(t.range) if t.range is not None else (1.0, 1.0))  # type: ignore[arg-type]
+        for k, t in (f.terms or {}).items()
+    )
+    step = _step_time(f.step_time) if f.step_time is not None else None
+    return EngineProfile(f.name.strip(), " ".join(f.description.split()), terms, origin, step)
 
 
 def list_engines() -> list[str]:

@@ -62,6 +62,8 @@ def simulate(
     """Serve `requests` on the fleet (module docstring)."""
     settings = settings or SchedulerSettings()
     check_scheduler(scheduler)
+    if scheduler == "chunked" and costs.step_time is not None:
+        raise costs.step_time.refuse_mixed(costs.engine_profile.name)
     if len(requests) == 0:
         raise SimInputError("serving simulation needs at least one request")
     if replicas < 1 or (scheduler == "disaggregated" and prefill_replicas < 1):
@@ -92,7 +94,8 @@ def simulate(
         slots = park_slots(costs, max(r.input_tokens for r in requests))
         front = [
             PrefillWorker(
-                env, book, costs, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()]
+                env, book, costs, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
+                settings.max_batched_tokens,
             )
             for _ in range(prefill_replicas)
         ]

@@ -23,9 +23,11 @@ answer cites.
   prefix, the decode step's own attention; Sarathi-Serve, arXiv 2403.02310). A prompt's last chunk emits
   its first token.
 - `disaggregated`: DistServe (arXiv 2401.09670), Splitwise (arXiv 2311.18677), Mooncake (arXiv
-  2407.00079). A prefill pool runs prompts one at a time per GPU (a long prompt alone saturates the GPU's
-  compute, so batching prompts adds no throughput: DistServe section 3.1), then the prompt's KV state
-  (the method's per-sequence bytes after prefill) moves to a decode GPU over a link of `kv_link_gbps`
+  2407.00079). Each prefill GPU batches its waiting prompts first come first served, up to
+  `max_batched_tokens` prompt tokens per iteration (None: one prompt per iteration: a long prompt
+  saturates the GPU alone, DistServe section 3.1; a prompt over the cap runs alone), as DistServe's
+  context stage does (sim/serving/disaggregated.py, with its sources); then each prompt's KV state (the
+  method's per-sequence bytes after prefill) moves to a decode GPU over a link of `kv_link_gbps`
   (default 50 GB/s: one 400 Gb/s NDR InfiniBand NIC per GPU, as in a DGX H100 and as Splitwise assumes
   for H100 machines) once that decode GPU has memory for the sequence; the whole KV moves after the
   prefill (Splitwise and Mooncake overlap it layer by layer: this is the conservative end). A finished
@@ -62,9 +64,9 @@ SCHEDULERS: dict[str, str] = {
     "tokens first, prefill chunks fill the rest; each iteration priced as one mixed batch: token-parallel "
     "ops over all its tokens, chunk attention over the prefix, the decode step's attention "
     "(sim/serving/step_costs.py, after Vidur's execution-time predictor)",
-    "disaggregated": "prefill and decode pools (DistServe, Splitwise, Mooncake): one prompt at a time per "
-    "prefill GPU, the KV moved whole over the link to a decode GPU with room, continuous batching of "
-    "decode only there (sim/serving/schedulers.py)",
+    "disaggregated": "prefill and decode pools (DistServe, Splitwise, Mooncake): waiting prompts batched "
+    "first come first served per prefill GPU, the KV moved whole over the link to a decode GPU with room, "
+    "continuous batching of decode only there (sim/serving/schedulers.py)",
 }
 
 
@@ -73,7 +75,7 @@ class SchedulerSettings:
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     kv_link_gbps: float = DEFAULT_KV_LINK_GBPS
     max_seqs: int | None = None  # sequences one GPU runs at most (a serving engine's max_num_seqs)
-    max_batched_tokens: int | None = None  # prefill-first: prompt tokens of one prefill iteration at most
+    max_batched_tokens: int | None = None  # prompt tokens of one prefill iteration (prefill-first, disagg.)
 
     def __post_init__(self) -> None:
         if self.chunk_tokens < 1:
@@ -88,7 +90,7 @@ class SchedulerSettings:
         parts = []
         if scheduler == "chunked":
             parts.append(f"{self.chunk_tokens} tokens per iteration")
-        if scheduler == "prefill-first" and self.max_batched_tokens is not None:
+        if scheduler in ("prefill-first", "disaggregated") and self.max_batched_tokens is not None:
             parts.append(f"at most {self.max_batched_tokens} prompt tokens per prefill iteration")
         if scheduler == "disaggregated":
             parts.append(f"KV link {self.kv_link_gbps:g} GB/s")

@@ -37,7 +37,10 @@
   added once to every iteration by the number of sequences in it: a decode step of `b` sequences pays
   it at `b`, a prefill of one prompt alone at 1, a mixed iteration at `b` + its chunks' prompts, as
   Vidur adds its CPU-overhead terms to each batch by `batch.size` (vidur/entities/execution_time.py:
-  87-94, 197-199).
+  87-94, 197-199);
+- or, with a whole-step engine profile (sim/serving/engine_steps.py), that engine's measured time of each
+  decode and prefill iteration in place of the step model's (its model, GPU and method only; no mixed
+  iteration). Memory per sequence stays the step model's.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class StepCosts:
     ) -> None:
         self.cfg, self.demand, self.seed = cfg, demand, seed
         self.engine_profile = load_engine(engine)
+        self.step_time = self.engine_profile.step_time
+        if self.step_time is not None:
+            self.step_time.check(self.engine_profile.name, cfg.model, cfg.hardware, cfg.method)
         self._step: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, float] = {}
         self._mem: dict[tuple[int, int], tuple[int, int]] = {}
@@ -123,7 +129,9 @@ class StepCosts:
 
     def decode_s(self, batch: int, mean_context: float) -> float:
         """One decode step of `batch` sequences at `mean_context` tokens (bucketed, interpolated in batch),
-        the engine's host time included."""
+        the engine's host time included; a whole-step engine's own time)."""
+        if self.step_time is not None:
+            return self.step_time.decode_s(batch, mean_context)
         return self._model_decode_s(batch, mean_context) + self.engine_s(batch)
 
     def _model_decode_s(self, batch: int, mean_context: float) -> float:
@@ -142,8 +150,19 @@ class StepCosts:
 
     def prefill_s(self, input_tokens: int) -> float:
         """The method's prefill of one prompt of `input_tokens`, alone on the GPU, as one iteration (the
-        engine's host time of one sequence included)."""
+        engine's host time of one sequence included; a whole-step engine's own time)."""
+        if self.step_time is not None:
+            return self.step_time.prefill_s([input_tokens])
         return self._model_prefill_s(input_tokens) + self.engine_s(1)
+
+    def prefill_batch_s(self, inputs: list[int]) -> float:
+        """One prefill-only iteration of whole prompts of `inputs` tokens: a whole-step engine's measured
+        batched prefill; on the step model each prompt's prefill alone, summed (a prompt of a few hundred
+        tokens or more is compute-bound, so sharing the weights' reads saves little; no saving is
+        credited), with the engine's host time paid once at all the prompts."""
+        if self.step_time is not None:
+            return self.step_time.prefill_s(inputs)
+        return sum(self._model_prefill_s(n) for n in inputs) + self.engine_s(len(inputs))
 
     def _model_prefill_s(self, input_tokens: int) -> float:
         if input_tokens not in self._prefill:
@@ -200,6 +219,10 @@ class StepCosts:
         b, total = decode_batch, sum(c for c, _, _ in chunks)
         if total == 0:
             return self.decode_s(b, mean_context) if b else 0.0
+        if self.step_time is not None:
+            if b or any(p or c < n for c, p, n in chunks):
+                raise self.step_time.refuse_mixed(self.engine_profile.name)
+            return self.step_time.prefill_s([n for _, _, n in chunks])
         finishing = sum(1 for c, p, n in chunks if p + c >= n)
         layers = self.cost.model.n_layers
         attention = sum(self._chunk_attention_s(c, p) for c, p, _ in chunks)
@@ -222,6 +245,8 @@ class StepCosts:
     ) -> np.ndarray:
         """`iteration_s` of iterations each carrying one chunk of `chunk_tokens` (not the prompt's last) at
         each of `prefixes`, beside the same decode batch, vectorised."""
+        if self.step_time is not None:
+            raise self.step_time.refuse_mixed(self.engine_profile.name)
         layers = self.cost.model.n_layers
         attention = self._chunk_attention_s(chunk_tokens, np.asarray(prefixes))
         fixed = self._decode_rest_s(decode_batch, mean_context) + layers * self._linear_s(

@@ -103,6 +103,28 @@ def test_disaggregated_ttft_includes_the_kv_transfer(h100_dense: StepCosts) -> N
     assert kv > 8192 * 2 * 32 * 8 * 128 * 2 * 0.99  # the prompt's K and V, all layers
 
 
+def test_disaggregated_prefill_batches_waiting_prompts_up_to_the_token_cap(h100_dense: StepCosts) -> None:
+    """Four 1024-token prompts arrive while a first one prefills: with a cap of 2048 prompt tokens the
+    prefill GPU takes them two by two (one iteration of two whole prompts each), with a cap of 8192 all four
+    at once, without a cap one at a time; the first prompt runs alone. On the step model a batch costs its
+    prompts' prefills summed."""
+    reqs = [Request(0.0, 1024, 2)] + [Request(0.001 * (k + 1), 1024, 2) for k in range(4)]
+    alone = h100_dense.prefill_s(1024)
+    pair = h100_dense.prefill_batch_s([1024, 1024])
+    arrival = np.array([r.arrival_s for r in reqs])
+    cap = SchedulerSettings(max_batched_tokens=2048)
+    capped = simulate(reqs, h100_dense, "disaggregated", 1, 1, settings=cap)
+    starts = np.round(arrival + capped.prefill_queue_s, 12)
+    assert starts[1] == starts[2] == pytest.approx(alone) and starts[3] == starts[4]
+    assert starts[3] == pytest.approx(alone + pair)
+    wide = SchedulerSettings(max_batched_tokens=8192)
+    four = simulate(reqs, h100_dense, "disaggregated", 1, 1, settings=wide)
+    assert np.all(arrival[1:] + four.prefill_queue_s[1:] == pytest.approx(alone))
+    one = simulate(reqs, h100_dense, "disaggregated", 1, 1)
+    assert arrival[4] + one.prefill_queue_s[4] == pytest.approx(4 * alone)
+    assert pair == pytest.approx(2 * alone)
+
+
 def test_disaggregated_decode_is_never_stalled_by_prefill(h100_dense: StepCosts) -> None:
     reqs = [Request(0.0, 8192, 200), Request(0.5, 8192, 200)]
     blocking = simulate(reqs, h100_dense, "blocking")
