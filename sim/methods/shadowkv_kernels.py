@@ -94,7 +94,7 @@ REBUILD_LAUNCHES = 4
 TOPK_BLOCK_THREADS = 1024  # sbtopk::gatherTopK: min(round_up(cols, 32), 1024) threads per row
 TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass over half of it on average
 THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0 (CUDA Programming Guide)
-SOFTMAX_TILE_COLS = 256  # kernels/batch_gemm_softmax.cu:93 ThreadblockShape<32, 256, 32>: one partial per tile
+SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:93 ThreadblockShape<32, 256, 32>: one partial per tile
 SOFTMAX_FINAL_PASSES = 2  # reduce_softmax_final.h: the max pass, then the sum pass, each over every partial
 
 

@@ -130,8 +130,8 @@ class ShadowKVKnobs(MethodKnobs):
                                         "of gatherTopK (as published; estimate)", side="simulator", low=0.0,
                                         low_open=True)
     l2_load_latency_s: float = knob(2.5e-7, "one global load that hits L2, the pace of the softmax final "
-                                    "reduction's per-thread walk over the partials of selection (as published; "
-                                    "estimate)", side="simulator", low=0.0, low_open=True)
+                                    "reduction's per-thread walk over the partials of selection (as "
+                                    "published; estimate)", side="simulator", low=0.0, low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
