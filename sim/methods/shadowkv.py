@@ -29,7 +29,7 @@ class ShadowKV_CPU). Assumptions (docs/methods.md has the discussion):
   on CUDA with torch 2.3.1 (requirements.txt) that is cuSOLVER's gesvdj, one matrix after another
   (aten BatchLinearAlgebraLib.cpp svd_cusolver: the default driver is gesvdj, its batched form only for
   m, n <= 32), per layer over the prefill sub-batch of 4 sequences (8 for 120K-200K prompts, base.py:
-  278-285), after a torch.cuda.synchronize(), gc.collect() and empty_cache() (kv_cache.py:493-496). SVD
+  277-284), after a torch.cuda.synchronize(), gc.collect() and empty_cache() (kv_cache.py:494-497). SVD
   cost: the R-SVD operation count 6 m n^2 + 20 n^3 (Golub & Van Loan, Matrix Computations, Sec. 8.6) for
   m = context, n = n_kv * d per sequence, a lower bound on the Jacobi method's count, at
   `svd_flops_fraction` of the dense FP16 tensor peak (default 0.01, at most the FP32 CUDA-core share:

@@ -14,11 +14,11 @@ block waits for, not by HBM bandwidth:
   `gatherTopK` runs one block (<= 1024 threads) per row and walks the row in steps of the block width
   twice (values above the k-th; then ties, stopping once k are found: ~half a row), each step one
   dependent load per thread and a block-wide prefix scan: rows x ceil(cols / 1024) x 1.5 steps.
-  The softmax's final reduction (batch_gemm_softmax.h:466-477 -> CUTLASS reduction/kernel/
+  The softmax's final reduction (batch_gemm_softmax.h:466-479 -> CUTLASS reduction/kernel/
   reduce_softmax_final.h, ApplySoftmaxFinalReduction::apply) runs one thread per query row of a
   (sequence, KV head), 32-thread blocks (fewer than 4 blocks per row: the GQA group is <= 32 rows), and
   each thread walks the GEMM's partials of its row, one per 256-landmark tile (ThreadblockShape
-  GemmShape<32, 256, 32>, batch_gemm_softmax.cu:93), twice: the max pass, then the sum pass (two loads
+  GemmShape<32, 256, 32>, batch_gemm_softmax.cu:95), twice: the max pass, then the sum pass (two loads
   per step). Both loops are `CUTLASS_PRAGMA_UNROLL` (`#pragma unroll`) over a trip count known only at
   run time, which the compiler does not unroll (CUDA C++ Programming Guide, "#pragma unroll": without a
   count a loop is unrolled only when its trip count is constant), so each step waits for its load:
@@ -38,7 +38,7 @@ block waits for, not by HBM bandwidth:
   one block per (sequence, KV head), copy.cuh:353-390), the int32 cast of the positions
   (models/tensor_op.py:216), the CUTLASS gather-GEMM and the RoPE push (tensor_op.py:218-236): 4 launches.
 
-Not priced: the softmax apply kernel (batch_gemm_softmax.h:487-505) launches ceil(cols / 8192) blocks per
+Not priced: the softmax apply kernel (batch_gemm_softmax.h:501-508) launches ceil(cols / 8192) blocks per
 row in its grid's y dimension although every block starts at column 0 (`block_n = 0`, ApplySoftmax::apply)
 and walks the whole row, so the row's read and write are repeated that many times; the repeats are
 scheduled next to each other (x varies fastest) and hit L2, so they are left out.
@@ -94,7 +94,7 @@ REBUILD_LAUNCHES = 4
 TOPK_BLOCK_THREADS = 1024  # sbtopk::gatherTopK: min(round_up(cols, 32), 1024) threads per row
 TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass over half of it on average
 THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0 (CUDA Programming Guide)
-SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:93 ThreadblockShape<32, 256, 32>: one partial per tile
+SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:95 ThreadblockShape<32, 256, 32>: one partial per tile
 SOFTMAX_FINAL_PASSES = 2  # reduce_softmax_final.h: the max pass, then the sum pass, each over every partial
 
 
