@@ -20,10 +20,12 @@ block waits for, not by HBM bandwidth:
   each thread walks the GEMM's partials of its row, one per 256-landmark tile (ThreadblockShape
   GemmShape<32, 256, 32>, batch_gemm_softmax.cu:95), twice: the max pass, then the sum pass (two loads
   per step). Both loops are `CUTLASS_PRAGMA_UNROLL` (`#pragma unroll`) over a trip count known only at
-  run time, which the compiler does not unroll (CUDA C++ Programming Guide, "#pragma unroll": without a
-  count a loop is unrolled only when its trip count is constant), so each step waits for its load:
-  2 x ceil(cols / 256) loads that hit L2 (the GEMM epilogue has just written the partials), on the
-  selection's critical path and growing with the context.
+  run time: a reproduction of the loops (the same trip count, the same predicated inline-asm 4-byte
+  loads) compiled with nvcc 13.0 -O3 -arch=sm_80 unrolls each by 4 (SASS: 4 LDGs, then the max chain,
+  then the branch; a remainder loop of one load), so a thread waits one load latency per 4 partials
+  and one per leftover partial: 2 x (floor(P / 4) + P mod 4) loads that hit L2 (the GEMM epilogue has
+  just written the partials) for P = ceil(cols / 256), on the selection's critical path and growing with
+  the context.
 - Value gather (kv_cache.py:649 -> gather_copy.cu:239-323 -> kernels/copy.cuh:437-498,
   `gather_copy_var_midpoint_BP`): 2 blocks of 128 threads per (sequence, KV head) with ~65 KB of shared
   memory each. The even block reads the missed 2 KiB chunks from pinned host memory over UVA into a
@@ -96,6 +98,7 @@ TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass 
 THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0 (CUDA Programming Guide)
 SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:95 ThreadblockShape<32, 256, 32>: one partial per tile
 SOFTMAX_FINAL_PASSES = 2  # reduce_softmax_final.h: the max pass, then the sum pass, each over every partial
+SOFTMAX_FINAL_UNROLL = 4  # nvcc's run-time unroll of each pass (SASS of a reproduction, module docstring)
 
 
 def gather_block_smem_bytes(select_sets: int) -> int:
@@ -165,12 +168,13 @@ def topk_gather_s(
 
 def softmax_final_reduction_s(cols: np.ndarray, l2_load_latency_s: float) -> np.ndarray:
     """Latency floor of the softmax's final reduction over rows of `cols` landmark scores: each thread
-    walks ceil(cols / SOFTMAX_TILE_COLS) partials SOFTMAX_FINAL_PASSES times, one L2 load per step (the
-    loops are not unrolled, module docstring). All (sequence, KV head) blocks of 32 threads are resident at
-    once (one wave), so the batch does not enter."""
+    walks P = ceil(cols / SOFTMAX_TILE_COLS) partials SOFTMAX_FINAL_PASSES times, one L2 load latency per
+    SOFTMAX_FINAL_UNROLL partials and one per leftover partial (module docstring). All (sequence, KV head)
+    blocks of 32 threads are resident at once (one wave), so the batch does not enter."""
     cols = np.asarray(cols, dtype=np.float64)
     partials = np.ceil(cols / SOFTMAX_TILE_COLS)
-    return np.where(cols > 0, SOFTMAX_FINAL_PASSES * partials * l2_load_latency_s, 0.0)
+    steps = np.floor(partials / SOFTMAX_FINAL_UNROLL) + np.mod(partials, SOFTMAX_FINAL_UNROLL)
+    return np.where(cols > 0, SOFTMAX_FINAL_PASSES * steps * l2_load_latency_s, 0.0)
 
 
 # ----- the model's use of the above (knobs: traces.catalogue.retrieval.ShadowKVKnobs) -----
