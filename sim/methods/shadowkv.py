@@ -61,7 +61,8 @@ No host sync inside a layer: the host runs ahead of the GPU unless its per-layer
 On the GPU the code's small kernels are priced by their loop structure (sim/methods/shadowkv_kernels.py):
 selection's 12 launches, its softmax final reduction's walk over the partials and gatherTopK's walk, the
 value gather's one chunk in flight per block, its copy back from the temp buffer, and the key compaction;
-the value gather holds ~65 KB of shared memory per block, so the key rebuild gets only the SMs it leaves (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
+the value gather holds ~65 KB of shared memory per block, so the key rebuild gets only the SMs it leaves
+(ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
 """
 
 from __future__ import annotations
