@@ -98,7 +98,11 @@ ARKVALE_MEAN_SPEEDUP = 1.7  # Sec. 6.5, Fig. 9a: "1.7x in average"
 # The paper's appendix Table 12 "reports 17.19ms for 64K" for the SVD (quoted in ByteDance-Seed/ShadowKV issue
 # #13, 2025-08-29, which measures torch.svd against torch.linalg.svd drivers at that shape): taken as one
 # layer's torch.svd of the (65536 x 1024) fp32 pre-RoPE key matrix of Llama-3-8B-1M at batch 1 on the paper's
-# A100 (models/kv_cache.py:480-499); the table itself was not read here, so the shape is inferred.
+# A100 (models/kv_cache.py:480-499); the table itself was not read here, so the shape is inferred. At that
+# shape the R-SVD count (6mn^2 + 20n^3 = 4.3e11 flops, a lower bound for cuSOLVER's gesvdj, which torch.svd
+# reaches) in 17.19 ms is 25 TFLOP/s, above the A100's FP32 CUDA-core peak (19.5 TFLOP/s, datasheet): either
+# the timed shape differs (one KV head's 65536 x 128 keys would be 8x fewer flops) or the SVD was not fp32
+# cuSOLVER; the issue's author reports the code's torch.svd slower than the table.
 SHADOWKV_SVD_64K_S = 17.19e-3
 
 
@@ -205,9 +209,11 @@ UNPREDICTED = (
         "stated in the text read (the code's efficiency/bench_textgen.py defaults: Llama-3-8B-Instruct fp16, "
         "batch 1, sink 16, window 320, 200 clusters, --offload optional)",
         "the GPU, batch and offload setting of both figures are not in the text available: the paper's "
-        "arXiv HTML (2412.03213v2) is stored but the search tools return only its opening, the repository "
-        "(sjtu-zhao-lab/ClusterKV at cb66a22) has no results or run scripts beyond bench_textgen.py's "
-        "defaults, and no public notes file transcribing its efficiency section was found",
+        "arXiv HTML (2412.03213v2) and two stored copies of it (a markdown mirror, sciencestack.ai) return "
+        "only their opening through the search tools, the DAC 2025 program entry carries only the abstract, "
+        "the repository (sjtu-zhao-lab/ClusterKV at cb66a22) has no results or run scripts beyond "
+        "bench_textgen.py's defaults, and no public notes file transcribing its efficiency section was found "
+        "(searched again 2026-11-28)",
     ),
     UnpredictedClaim(
         "arkvale",

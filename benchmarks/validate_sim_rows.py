@@ -184,7 +184,9 @@ def _shadowkv_svd_row() -> Row:
         "s",
         SHADOWKV_SVD_64K_S,
         _shadowkv_svd_s,
-        "the model's SVD rate is the estimate svd_flops_fraction (0.01 of the FP16 peak, range 0.003-0.1)",
+        "the model's SVD rate is the estimate svd_flops_fraction (0.01 of the FP16 tensor peak, range "
+        "0.003-0.0625, the FP32 CUDA-core share); at this shape 17.19 ms needs 25 TFLOP/s on the R-SVD "
+        "count, above the A100's 19.5 TFLOP/s FP32 peak, so the shape read here is in doubt",
         named=False,
         method="shadowkv",
     )

@@ -5,7 +5,8 @@ Tables added to microbench.json by `host_path_tables(doc, quick, device_s)`:
   `get_svd` runs per layer (bytedance/ShadowKV models/kv_cache.py:209, n_kv * d = 1024 for Llama-3-8B),
   at contexts 8K..64K; the achieved rate counts the R-SVD's 6 m n^2 + 20 n^3 flops (Golub & Van Loan
   Sec. 8.6) per matrix, and `svd_flops_fraction` is that rate over the GPU's dense FP16 tensor peak
-  (the ShadowKV model's knob, sim/methods/shadowkv.py);
+  (the ShadowKV model's knob, sim/methods/shadowkv.py); also one KV head's (context x 128) matrix, the
+  other shape ShadowKV's appendix timing (17.19 ms at 64K, validate_sim row shadowkv/svd/64k) could be of;
 - `memcpy2d_one_row`: FreeKV's NHD recall issues 2 * p cudaMemcpy2DAsync calls of ONE 256-byte row per
   head-page (rooikeee/FreeKV source/freekv_cpp/src/recall.cu:170-187, height = group size 1): 64
   back-to-back calls per head-page, host seconds per call and wall seconds per head-page (the stream
@@ -44,6 +45,7 @@ TABLES = (
 # Dense FP16 tensor peaks (datasheets): A100 312, H100 SXM 989, H100 PCIe 756, H200 989 TFLOP/s
 FP16_DENSE_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0}
 KV_WIDTH = 1024  # n_kv * d of Llama-3-8B (8 x 128)
+HEAD_WIDTH = 128  # d: one KV head's keys
 
 
 def svd_flops(rows: int, cols: int) -> float:
@@ -61,10 +63,11 @@ def _fp16_peak_tflops() -> float | None:
 
 def svd_table(doc: dict[str, Any], quick: bool) -> None:
     contexts = (8192,) if quick else (8192, 32768, 65536)
+    shapes = [(c, KV_WIDTH) for c in contexts] + ([] if quick else [(65536, HEAD_WIDTH)])
     peak = _fp16_peak_tflops()
     rows = []
-    for context in contexts:
-        k = torch.randn(1, context, KV_WIDTH, device="cuda", dtype=torch.bfloat16)
+    for context, cols in shapes:
+        k = torch.randn(1, context, cols, device="cuda", dtype=torch.bfloat16)
         torch.svd(k.float())  # warm-up (cuSOLVER handles, workspace)
         torch.cuda.synchronize()
         reps = 1 if quick else 3
@@ -73,11 +76,11 @@ def svd_table(doc: dict[str, Any], quick: bool) -> None:
             torch.svd(k.float())
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - t0) / reps
-        rate = svd_flops(context, KV_WIDTH) / seconds
+        rate = svd_flops(context, cols) / seconds
         rows.append(
             {
                 "context": context,
-                "cols": KV_WIDTH,
+                "cols": cols,
                 "seconds": seconds,
                 "tflops": rate / 1e12,
                 "svd_flops_fraction": None if peak is None else rate / (peak * 1e12),

@@ -25,10 +25,13 @@ and `--overlap false` (speedup/scripts/figure14-16/run.sh):
   Runtime API, "API synchronization behavior"): the host thread waits. Each staged chunk's DMA overlaps
   the next chunk's staging, so a copy takes the longer of the link time and the staging time (software
   profile `pageable_staging_s_per_gb`, one host thread's memcpy).
-- Decode attention (`mha_gen`, infinigen/pytorch_backend.py:381-437, original likewise) appends the new
-  token with `torch.cat((k, k_new))` and `torch.cat((v, v_new))` (:431-432), then lays K and V out for
-  `bmm` with `permute(...).reshape(...)` of a non-contiguous view (:435, :437), i.e. two more copies: each
-  of K and V is read and written twice before the attention reads it (`mha_gen_copies_s`).
+- Decode attention (`mha_gen`) lays K and V out for `bmm` with `permute(...).reshape(...)` of a
+  non-contiguous view, one copy of each (`mha_gen_copies_s`). InfiniGen's (infinigen/pytorch_backend.py
+  :381-437) first appends the new token with `torch.cat((k, k_new))` and `torch.cat((v, v_new))` (:431-432)
+  before the permute-reshape (:435, :437): each of K and V is read and written twice
+  (MHA_GEN_COPIES_INFINIGEN). FlexGen's own (original/pytorch_backend.py:368-427) writes the new token
+  into the loaded buffer in place (`k[src_s - 1:src_s] = k_new`, :412-413) and then permute-reshapes
+  (:416, :418): each is copied once (MHA_GEN_COPIES_FLEXGEN).
 - `store_cache` writes the new token's K and V to the pageable cache (original/flex_opt.py:405-422 ->
   `general_copy`'s normal path, :852-856, for a one-token source): a device-to-host copy into pageable
   memory returns once complete, so the host waits.
@@ -40,7 +43,17 @@ import numpy as np
 
 from sim.methods.base import CostContext, Transfer
 
-__all__ = ["mha_gen_copies_s", "pageable_copy_s", "pageable_transfer"]
+__all__ = [
+    "MHA_GEN_COPIES_FLEXGEN",
+    "MHA_GEN_COPIES_INFINIGEN",
+    "mha_gen_copies_s",
+    "pageable_copy_s",
+    "pageable_transfer",
+]
+
+# whole copies of each of K and V that `mha_gen` makes before its bmm (module docstring)
+MHA_GEN_COPIES_FLEXGEN = 1  # original/pytorch_backend.py:412-418: in-place append, permute-reshape
+MHA_GEN_COPIES_INFINIGEN = 2  # infinigen/pytorch_backend.py:431-437: torch.cat, then permute-reshape
 
 
 def pageable_copy_s(ctx: CostContext, bytes_per_copy: np.ndarray, direction: str) -> np.ndarray:
@@ -77,10 +90,12 @@ def pageable_transfer(
     )
 
 
-def mha_gen_copies_s(ctx: CostContext, attended_tokens: np.ndarray) -> np.ndarray:
-    """(S, L) GPU seconds of `mha_gen`'s copies of the attended K and V (module docstring: a `torch.cat`
-    and a permute-reshape copy each, 4 kernels) over `attended_tokens` per (sequence, head), (S, L)."""
+def mha_gen_copies_s(ctx: CostContext, attended_tokens: np.ndarray, copies_per_tensor: int) -> np.ndarray:
+    """(S, L) GPU seconds of `mha_gen`'s copies of the attended K and V over `attended_tokens` per
+    (sequence, head), (S, L): `copies_per_tensor` whole copies (read + write) of each of K and V, one
+    kernel each (module docstring: 2 in InfiniGen's mha_gen, 1 in FlexGen's)."""
     m, b = ctx.model, ctx.cfg.batch_size
     token_bytes = 2 * m.head_dim * ctx.cfg.dtype_bytes  # K and V of one token of one head
     kv_bytes = b * m.n_kv_heads * np.asarray(attended_tokens, dtype=np.float64) * token_bytes
-    return np.asarray(ctx.cost.kernel_s(0.0, 2 * 2 * kv_bytes, 4), dtype=np.float64)  # 2 copies, read + write
+    traffic = copies_per_tensor * 2 * kv_bytes  # each copy reads and writes the bytes
+    return np.asarray(ctx.cost.kernel_s(0.0, traffic, 2 * copies_per_tensor), dtype=np.float64)

@@ -38,7 +38,7 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, context_attention_s
 from sim.methods.eager import HF_DECODER, DecoderRecipe
-from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
+from sim.methods.flexgen_cache import MHA_GEN_COPIES_FLEXGEN, mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps
 from sim.methods.infinigen import FLEXGEN_DECODER
 from traces.models import ModelSpec
@@ -86,8 +86,9 @@ class FullOffload(DecoderMethod):
         )
 
     def attention_s(self, ctx: CostContext) -> np.ndarray:
-        if self._flexgen(ctx):  # mha_gen's cat and permute-reshape copies of K and V before the bmm
-            return context_attention_s(ctx) + mha_gen_copies_s(ctx, ctx.full(ctx.demand.context_tokens))
+        if self._flexgen(ctx):  # mha_gen's permute-reshape copies of K and V before the bmm
+            copies = mha_gen_copies_s(ctx, ctx.full(ctx.demand.context_tokens), MHA_GEN_COPIES_FLEXGEN)
+            return context_attention_s(ctx) + copies
         return context_attention_s(ctx)
 
     def own_work(self, ctx: CostContext) -> dict[str, Work]:

@@ -60,7 +60,9 @@ the new KV, issues the next layer's prefetch, runs the MLP sub-layer and synchro
   F.embedding on the CPU (the host thread reads the scattered rows and writes them contiguously).
 - prefetch: two smart_copy calls on the prefetch stream (flex_opt.py:461-465), issued by the host.
 - ffn: layer_norm, F.linear, relu, F.linear, residual add (pytorch_backend.py:591-606): 5 eager ops,
-  then the device sync of flex_opt.py:1070 (host_sync).
+  then the device sync of flex_opt.py:1070 (`ffn_sync`): torch.cuda.synchronize() waits for every stream,
+  so the host also waits for the prefetch issued after the attention sub-layer (flex_opt.py:1074,
+  on prefetch_cache_stream): the prefetch overlaps the MLP sub-layer only, never the next layer's QKV.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ from sim.config import SimConfig
 from sim.methods.base import CostContext, Dep, Kernel, MemoryNeed, OpSpec, Transfer, Work
 from sim.methods.decoder_layer import DecoderMethod, OwnOps, prefill_offload_exposed_s
 from sim.methods.eager import HF_OUT_PROJ, DecoderRecipe
-from sim.methods.flexgen_cache import mha_gen_copies_s, pageable_transfer
+from sim.methods.flexgen_cache import MHA_GEN_COPIES_INFINIGEN, mha_gen_copies_s, pageable_transfer
 from sim.methods.host_costs import HostOps, host_s
 from traces.models import ModelSpec
 
@@ -126,12 +128,18 @@ class InfiniGen(DecoderMethod):
             writeback = OpSpec(
                 "writeback", ("offload", "d2h"), (Dep("qkv"),), host_sync=True, category="offload"
             )
+            # the sync after the MLP sub-layer is torch.cuda.synchronize(): it waits for every stream, so
+            # for the prefetch issued after the attention sub-layer as well (module docstring)
+            ffn_sync = OpSpec(
+                "ffn_sync", (), (Dep("ffn"), Dep("prefetch")), host_sync=True, category="recall"
+            )
             return OwnOps(
                 before_qkv=(load,),
                 after_qkv=(speculate,),
                 after_out_proj=(writeback, gather, prefetch),
+                after_ffn=(ffn_sync,),
                 attention_deps=(*attention_deps, Dep("load")),
-                syncs=frozenset({"out_proj", "ffn"}),
+                syncs=frozenset({"out_proj"}),
             )
         # host side (no GPU resource): read the indices back, gather ("cpu"); the host waits for it
         gather = OpSpec("gather", (), (Dep("speculate"),), host_sync=True, category="recall")
@@ -166,8 +174,9 @@ class InfiniGen(DecoderMethod):
         offloaded = self.offloaded_layers(ctx.cfg, ctx.model)
         attended = np.where(offloaded[None, :], tokens[:, None], context[:, None])
         attention = np.asarray(ctx.cost.attention_s(attended), dtype=np.float64)
-        if ctx.as_published:  # FlexGen's mha_gen copies K and V twice before its bmm (flexgen_cache.py)
-            attention = attention + mha_gen_copies_s(ctx, attended * np.ones(ctx.shape))
+        if ctx.as_published:  # InfiniGen's mha_gen copies K and V twice before its bmm (flexgen_cache.py)
+            copies = mha_gen_copies_s(ctx, attended * np.ones(ctx.shape), MHA_GEN_COPIES_INFINIGEN)
+            attention = attention + copies
         return attention
 
     def _targets(self, ctx: CostContext) -> np.ndarray:
@@ -182,9 +191,11 @@ class InfiniGen(DecoderMethod):
         offloaded = self.offloaded_layers(cfg, m)
         pub = ctx.as_published
         token_bytes = 2 * m.n_kv_heads * d * dt  # the new token of one layer, all KV heads
-        if pub:
+        if pub:  # ffn_sync: FlexGen's self.sync(), two Python calls (disk queue join, cuda synchronize)
+            sync_host = np.ones(ctx.shape) * host_s(ctx, HostOps(python_ops=2))  # flex_opt.py:932-934
+            ffn_sync = Kernel(np.zeros(ctx.shape), host_s=sync_host)
             return {**self._pageable_cache_work(ctx), "speculate": self._speculate(ctx),
-                    **self._gather_and_prefetch(ctx)}
+                    **self._gather_and_prefetch(ctx), "ffn_sync": ffn_sync}
         return {
             "writeback": Transfer(
                 direction="d2h",

@@ -24,11 +24,16 @@ class ShadowKV_CPU). Assumptions (docs/methods.md has the discussion):
   generated tokens instead; `svd_every_window = true` re-runs it every W tokens, the FreeKV paper's
   protocol for ShadowKV in long generation (Liu et al., arXiv 2505.13109, evaluation setup). A re-run
   covers the whole context and blocks the step; the values of the interval's tokens are then offloaded and
-  the uncompressed tokens on the GPU are those since the last SVD. SVD cost: the
-  R-SVD operation count 6 m n^2 + 20 n^3 (Golub & Van Loan, Matrix Computations, Sec. 8.6) for
-  m = context, n = n_kv * d, at `svd_flops_fraction` of the dense FP16 tensor peak (default 0.01:
-  estimate for cuSOLVER's fp32 gesvd, which is bound by BLAS-2 bidiagonalisation, a few TFLOP/s on an
-  A100; the dominant uncertainty of this model: see docs/methods.md).
+  the uncompressed tokens on the GPU are those since the last SVD. SVD routine: `torch.svd(k_cache.float())`
+  (kv_cache.py:499) on (prefill batch, context, n_kv * d) fp32, i.e. torch.linalg.svd(full_matrices=False);
+  on CUDA with torch 2.3.1 (requirements.txt) that is cuSOLVER's gesvdj, one matrix after another
+  (aten BatchLinearAlgebraLib.cpp svd_cusolver: the default driver is gesvdj, its batched form only for
+  m, n <= 32), per layer over the prefill sub-batch of 4 sequences (8 for 120K-200K prompts, base.py:
+  277-284), after a torch.cuda.synchronize(), gc.collect() and empty_cache() (kv_cache.py:494-497). SVD
+  cost: the R-SVD operation count 6 m n^2 + 20 n^3 (Golub & Van Loan, Matrix Computations, Sec. 8.6) for
+  m = context, n = n_kv * d per sequence, a lower bound on the Jacobi method's count, at
+  `svd_flops_fraction` of the dense FP16 tensor peak (default 0.01, at most the FP32 CUDA-core share:
+  estimate, the dominant uncertainty of this model: see docs/methods.md).
 - Outlier chunks kept on the GPU per KV head: (sparse budget // 1024) * 24 (models/kv_cache.py:398,
   ShadowKVCache_CPU), i.e. 48 at the 2048-token sparse budget; local chunks (4 x 8 tokens) are the window.
 
@@ -54,9 +59,10 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
   `next_token.tolist()` (base.py:331): one read-back, the host waits for the step (host_sync).
 No host sync inside a layer: the host runs ahead of the GPU unless its per-layer cost exceeds the GPU's.
 On the GPU the code's small kernels are priced by their loop structure (sim/methods/shadowkv_kernels.py):
-selection's 12 launches and gatherTopK's walk, the value gather's one chunk in flight per block, its copy
-back from the temp buffer, and the key compaction; the value gather holds ~65 KB of shared memory per
-block, so the key rebuild gets only the SMs it leaves (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
+selection's 12 launches, its softmax final reduction's walk over the partials and gatherTopK's walk, the
+value gather's one chunk in flight per block, its copy back from the temp buffer, and the key compaction;
+the value gather holds ~65 KB of shared memory per block, so the key rebuild gets only the SMs it leaves
+(ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
 """
 
 from __future__ import annotations
@@ -127,11 +133,14 @@ class ShadowKV(DecoderMethod):
     )
 
     # estimated constants (sim/estimate_ends.py): knob -> (cheap end, dear end).
-    # svd_flops_fraction: the fp32 SVD's share of the FP16 tensor peak; 0.01 (cuSOLVER gesvd/gesvdj is bound
-    # by its BLAS-2 bidiagonalisation); 0.003-0.1. The cheap end covers the one public timing: ShadowKV's
-    # appendix Table 12, 17.19 ms at 64K (quoted in ByteDance-Seed/ShadowKV issue #13), is 0.081 of the A100's
-    # peak on the R-SVD count if it is one layer at batch 1 (validate_sim row shadowkv/svd/64k; shape
-    # inferred). The GPU suite's microbench table `svd` measures it.
+    # svd_flops_fraction: the fp32 SVD's share of the FP16 tensor peak; 0.01 (3.1 TFLOP/s on an A100, 16% of
+    # its FP32 CUDA-core peak: cuSOLVER's gesvdj, the driver torch.svd reaches, is an iterative Jacobi method
+    # and its count exceeds the R-SVD count priced here); 0.003-0.0625. The cheap end is the FP32 CUDA-core
+    # peak itself (A100 datasheet: 19.5 TFLOP/s FP32 against 312 FP16 tensor; cuSOLVER does not use tensor
+    # cores for an fp32 SVD by default): no fp32 SVD of this count can be faster. The one public timing,
+    # ShadowKV's appendix Table 12 (17.19 ms at 64K, validate_sim row shadowkv/svd/64k), would need 25 TFLOP/s
+    # on the R-SVD count if it were one layer's (65536 x 1024) matrix, above that ceiling: the row is a check,
+    # not a source. The GPU suite's microbench table `svd` measures it.
     # uva_rate_fraction: the zero-copy gather's share of the link's DMA rate when the link binds: SMs read
     # pinned memory in 128-byte requests, the copy engine in larger ones; 0.6-1.0, 1.0 taken.
     # uva_read_latency_s: one SM read of pinned host memory, round trip; 2 us: PCIe read round trips of
@@ -140,11 +149,17 @@ class ShadowKV(DecoderMethod):
     # `uva_gather_blocks` table (1 run in flight per block) measures it.
     # device_load_latency_s: one step of a one-chunk-in-flight loop (a dependent global load that hits L2 or
     # HBM, 200-800 cycles at ~1.4 GHz, plus its shared-memory load and store); 0.5 us, 0.3-0.8 us.
+    # l2_load_latency_s: one global load that hits L2, the step of the softmax final reduction's walk
+    # (shadowkv_kernels.softmax_final_reduction_s); 0.25 us, 0.14-0.4 us: ~200 cycles for an L2 hit on
+    # Ampere/Volta in pointer-chasing microbenchmarks (Jia et al., arXiv 1804.06826, V100; Abdelkhalik et al.,
+    # arXiv 2208.11174, A100; recalled, not re-read here) at 1.41 GHz is 0.14 us, the A100's far L2 partition
+    # and the loop's convert/exp steps up to ~2x that.
     estimate_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "svd_flops_fraction": (0.1, 0.003),
+        "svd_flops_fraction": (0.0625, 0.003),
         "uva_rate_fraction": (1.0, 0.6),
         "uva_read_latency_s": (1.0e-6, 4.0e-6),
         "device_load_latency_s": (3.0e-7, 8.0e-7),
+        "l2_load_latency_s": (1.4e-7, 4.0e-7),
     }
 
     def recipe(self) -> DecoderRecipe:

@@ -14,6 +14,18 @@ block waits for, not by HBM bandwidth:
   `gatherTopK` runs one block (<= 1024 threads) per row and walks the row in steps of the block width
   twice (values above the k-th; then ties, stopping once k are found: ~half a row), each step one
   dependent load per thread and a block-wide prefix scan: rows x ceil(cols / 1024) x 1.5 steps.
+  The softmax's final reduction (batch_gemm_softmax.h:466-479 -> CUTLASS reduction/kernel/
+  reduce_softmax_final.h, ApplySoftmaxFinalReduction::apply) runs one thread per query row of a
+  (sequence, KV head), 32-thread blocks (fewer than 4 blocks per row: the GQA group is <= 32 rows), and
+  each thread walks the GEMM's partials of its row, one per 256-landmark tile (ThreadblockShape
+  GemmShape<32, 256, 32>, batch_gemm_softmax.cu:95), twice: the max pass, then the sum pass (two loads
+  per step). Both loops are `CUTLASS_PRAGMA_UNROLL` (`#pragma unroll`) over a trip count known only at
+  run time: a reproduction of the loops (the same trip count, the same predicated inline-asm 4-byte
+  loads) compiled with nvcc 13.0 -O3 -arch=sm_80 unrolls each by 4 (SASS: 4 LDGs, then the max chain,
+  then the branch; a remainder loop of one load), so a thread waits one load latency per 4 partials
+  and one per leftover partial: 2 x (floor(P / 4) + P mod 4) loads that hit L2 (the GEMM epilogue has
+  just written the partials) for P = ceil(cols / 256), on the selection's critical path and growing with
+  the context.
 - Value gather (kv_cache.py:649 -> gather_copy.cu:239-323 -> kernels/copy.cuh:437-498,
   `gather_copy_var_midpoint_BP`): 2 blocks of 128 threads per (sequence, KV head) with ~65 KB of shared
   memory each. The even block reads the missed 2 KiB chunks from pinned host memory over UVA into a
@@ -28,9 +40,15 @@ block waits for, not by HBM bandwidth:
   one block per (sequence, KV head), copy.cuh:353-390), the int32 cast of the positions
   (models/tensor_op.py:216), the CUTLASS gather-GEMM and the RoPE push (tensor_op.py:218-236): 4 launches.
 
+Not priced: the softmax apply kernel (batch_gemm_softmax.h:501-508) launches ceil(cols / 8192) blocks per
+row in its grid's y dimension although every block starts at column 0 (`block_n = 0`, ApplySoftmax::apply)
+and walks the whole row, so the row's read and write are repeated that many times; the repeats are
+scheduled next to each other (x varies fastest) and hit L2, so they are left out.
+
 Latencies are estimates (knobs of ShadowKVKnobs, with ranges in ShadowKV.estimate_ranges):
-`uva_read_latency_s`, the round trip of an SM's read of pinned host memory over PCIe, and
-`device_load_latency_s`, one dependent global load (L2 or HBM) plus the loop's shared-memory steps.
+`uva_read_latency_s`, the round trip of an SM's read of pinned host memory over PCIe,
+`device_load_latency_s`, one dependent global load (L2 or HBM) plus the loop's shared-memory steps, and
+`l2_load_latency_s`, one global load that hits L2 (the final reduction's step).
 Pure arithmetic on numpy arrays; no torch.
 """
 
@@ -58,8 +76,10 @@ __all__ = [
     "key_compaction_s",
     "published_compaction_s",
     "published_gather_s",
+    "SOFTMAX_TILE_COLS",
     "resident_blocks",
     "select_s",
+    "softmax_final_reduction_s",
     "topk_gather_s",
     "value_gather_s",
 ]
@@ -76,6 +96,9 @@ REBUILD_LAUNCHES = 4
 TOPK_BLOCK_THREADS = 1024  # sbtopk::gatherTopK: min(round_up(cols, 32), 1024) threads per row
 TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass over half of it on average
 THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0 (CUDA Programming Guide)
+SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:95 ThreadblockShape<32, 256, 32>: one partial per tile
+SOFTMAX_FINAL_PASSES = 2  # reduce_softmax_final.h: the max pass, then the sum pass, each over every partial
+SOFTMAX_FINAL_UNROLL = 4  # nvcc's run-time unroll of each pass (SASS of a reproduction, module docstring)
 
 
 def gather_block_smem_bytes(select_sets: int) -> int:
@@ -143,10 +166,22 @@ def topk_gather_s(
     return np.where(cols > 0, waves * steps * device_load_latency_s, 0.0)
 
 
+def softmax_final_reduction_s(cols: np.ndarray, l2_load_latency_s: float) -> np.ndarray:
+    """Latency floor of the softmax's final reduction over rows of `cols` landmark scores: each thread
+    walks P = ceil(cols / SOFTMAX_TILE_COLS) partials SOFTMAX_FINAL_PASSES times, one L2 load latency per
+    SOFTMAX_FINAL_UNROLL partials and one per leftover partial (module docstring). All (sequence, KV head)
+    blocks of 32 threads are resident at once (one wave), so the batch does not enter."""
+    cols = np.asarray(cols, dtype=np.float64)
+    partials = np.ceil(cols / SOFTMAX_TILE_COLS)
+    steps = np.floor(partials / SOFTMAX_FINAL_UNROLL) + np.mod(partials, SOFTMAX_FINAL_UNROLL)
+    return np.where(cols > 0, SOFTMAX_FINAL_PASSES * steps * l2_load_latency_s, 0.0)
+
+
 # ----- the model's use of the above (knobs: traces.catalogue.retrieval.ShadowKVKnobs) -----
 def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
     """(S,) selection over every landmark (one per chunk and KV head): the GEMM with an fp32 softmax per
-    query head at the roofline; as published its SELECT_LAUNCHES launches and gatherTopK's walk."""
+    query head at the roofline; as published its SELECT_LAUNCHES launches, the softmax final reduction's
+    walk over the partials and gatherTopK's walk."""
     cfg, m = ctx.cfg, ctx.model
     b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
     context = ctx.demand.context_tokens.astype(np.float64)
@@ -156,6 +191,7 @@ def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
     select = ctx.cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, launches)
     if ctx.as_published:
         rows = b * m.n_kv_heads
+        select = select + softmax_final_reduction_s(chunks, knobs.l2_load_latency_s)
         select = select + topk_gather_s(rows, chunks, ctx.profile.gpu.sm_count, knobs.device_load_latency_s)
     return np.where(chunks > 0, select, 0.0)
 

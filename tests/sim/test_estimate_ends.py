@@ -63,13 +63,15 @@ def test_an_override_is_no_estimate_and_keeps_its_value_at_both_ends() -> None:
 
 def test_method_constants_move_unless_the_config_sets_them() -> None:
     assert method_estimate_ranges("shadowkv") == {
-        "svd_flops_fraction": (0.1, 0.003),
+        "svd_flops_fraction": (0.0625, 0.003),  # cheap end: A100 FP32 peak / FP16 tensor peak
         "uva_rate_fraction": (1.0, 0.6),
         "uva_read_latency_s": (1.0e-6, 4.0e-6),
         "device_load_latency_s": (3.0e-7, 8.0e-7),
+        "l2_load_latency_s": (1.4e-7, 4.0e-7),
     }
     ends = end_configs(_cfg(method="shadowkv"))
-    assert ends["low"].method_options["svd_flops_fraction"] == 0.1
+    assert ends["low"].method_options["svd_flops_fraction"] == 0.0625
+    assert ends["high"].method_options["l2_load_latency_s"] == 4.0e-7
     assert ends["high"].method_options["svd_flops_fraction"] == 0.003
     kept = end_configs(_cfg(method="shadowkv", method_options={"svd_flops_fraction": 0.02}))
     assert kept["high"].method_options["svd_flops_fraction"] == 0.02

@@ -94,11 +94,13 @@ def test_arkvale_recall_loop_is_host_bound_and_grows_with_recalls() -> None:
 
 
 def test_infinigen_as_published_syncs_every_sub_layer(demand: Demand) -> None:
-    """FlexGen's loop synchronises the device after each sub-layer (flex_opt.py:1070)."""
+    """FlexGen's loop synchronises the device after each sub-layer (flex_opt.py:1070); the sync after the
+    MLP is torch.cuda.synchronize() (:932-934), so it also waits for the prefetch stream."""
     pub = {op.name: op for op in prepare(_cfg("infinigen", "as-published"), demand).template}
     ideal = {op.name: op for op in prepare(_cfg("infinigen", "ideal"), demand).template}
-    assert pub["out_proj"].host_sync and pub["ffn"].host_sync and pub["speculate"].host_sync
-    assert not ideal["ffn"].host_sync
+    assert pub["out_proj"].host_sync and pub["ffn_sync"].host_sync and pub["speculate"].host_sync
+    assert {dep.op for dep in pub["ffn_sync"].deps} == {"ffn", "prefetch"}
+    assert not ideal["ffn"].host_sync and "ffn_sync" not in ideal
 
 
 def test_shadowkv_outlier_chunks_follow_the_sparse_budget() -> None:

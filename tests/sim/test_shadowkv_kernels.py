@@ -11,6 +11,7 @@ from sim.methods.shadowkv_kernels import (
     gather_block_smem_bytes,
     key_compaction_s,
     resident_blocks,
+    softmax_final_reduction_s,
     topk_gather_s,
     value_gather_s,
 )
@@ -76,8 +77,26 @@ def test_as_published_gather_pays_the_latency_walk_ideal_the_link_only() -> None
     assert slow == pytest.approx(missed_chunks * (4e-6 + 5e-7))
 
 
-def test_as_published_selection_counts_its_launches_and_the_topk_walk() -> None:
+def test_softmax_final_reduction_walks_every_partial_twice() -> None:
+    # 31228 landmarks: ceil(31228 / 256) = 122 partials, a max pass and a sum pass, each unrolled by 4:
+    # 30 steps of 4 loads and 2 leftover loads per pass, one L2 latency each
+    got = softmax_final_reduction_s(np.array([31228.0, 256.0, 0.0, 1024.0]), 2.5e-7)
+    assert got[0] == pytest.approx(2 * (30 + 2) * 2.5e-7)
+    assert got[1] == pytest.approx(2 * 1 * 2.5e-7)
+    assert got[2] == 0.0
+    assert got[3] == pytest.approx(2 * 1 * 2.5e-7)  # 4 partials: one unrolled step
+    # the walk grows with the row, so with the context at a fixed batch x context
+    assert softmax_final_reduction_s(np.array([62456.0]), 2.5e-7)[0] == pytest.approx(2 * (61 + 0) * 2.5e-7)
+
+
+def test_as_published_selection_counts_its_launches_and_the_two_walks() -> None:
     ideal = float(np.asarray(_work("ideal")["select"].seconds)[-1, 5])
     published = float(np.asarray(_work("as-published")["select"].seconds)[-1, 5])
-    walk = 1.5 * np.ceil((244 * 1024 - 32) // 8 / 1024) * 5e-7
-    assert published - ideal == pytest.approx(8 * 4e-6 + walk, rel=0.01)
+    chunks = (244 * 1024 - 32) // 8
+    topk_walk = 1.5 * np.ceil(chunks / 1024) * 5e-7
+    partials = np.ceil(chunks / 256)
+    steps = np.floor(partials / 4) + partials % 4
+    reduction_walk = 2 * steps * 2.5e-7
+    assert published - ideal == pytest.approx(8 * 4e-6 + topk_walk + reduction_walk, rel=0.01)
+    slow_l2 = float(np.asarray(_work("as-published", l2_load_latency_s=4e-7)["select"].seconds)[-1, 5])
+    assert slow_l2 - published == pytest.approx(2 * steps * 1.5e-7, rel=0.01)

@@ -116,7 +116,8 @@ class ShadowKVKnobs(MethodKnobs):
                                     side="simulator", low=0)
     svd_every_window: bool = knob(False, "re-run the SVD every window of generated tokens (the "
                                   "FreeKV paper's setting)", side="simulator")
-    svd_flops_fraction: float = knob(0.01, "share of FP16 peak the SVD reaches (estimate)",
+    svd_flops_fraction: float = knob(0.01, "share of the FP16 tensor peak the fp32 SVD reaches (estimate; "
+                                     "at most the FP32 CUDA-core share, 0.0625 on an A100)",
                                      side="simulator", low=0.0, high=1.0, low_open=True)
     uva_rate_fraction: float = knob(1.0, "share of the link's DMA rate the zero-copy value gather reaches "
                                     "(as published; estimate)", side="simulator", low=0.0, high=1.0,
@@ -128,6 +129,9 @@ class ShadowKVKnobs(MethodKnobs):
                                         "steps, the pace of ShadowKV's one-chunk-in-flight copy loops and "
                                         "of gatherTopK (as published; estimate)", side="simulator", low=0.0,
                                         low_open=True)
+    l2_load_latency_s: float = knob(2.5e-7, "one global load that hits L2, the pace of the softmax final "
+                                    "reduction's per-thread walk over the partials of selection (as "
+                                    "published; estimate)", side="simulator", low=0.0, low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
