@@ -59,7 +59,8 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
   `next_token.tolist()` (base.py:331): one read-back, the host waits for the step (host_sync).
 No host sync inside a layer: the host runs ahead of the GPU unless its per-layer cost exceeds the GPU's.
 On the GPU the code's small kernels are priced by their loop structure (sim/methods/shadowkv_kernels.py):
-selection's 12 launches, its softmax final reduction's walk over the partials and gatherTopK's walk, the
+selection's 12 launches, its softmax final reduction's walk over the partials, the apply kernel's repeated
+row walks, gatherTopK's walk, the sort of the top-k results and the offsets' reorder and sorts, the
 value gather's one chunk in flight per block, its copy back from the temp buffer, and the key compaction;
 the value gather holds ~65 KB of shared memory per block, so the key rebuild gets only the SMs it leaves
 (ShadowKV.rebuild_sm_share, sim/sm_occupancy.py).
@@ -150,16 +151,35 @@ class ShadowKV(DecoderMethod):
     # device_load_latency_s: one step of a one-chunk-in-flight loop (a dependent global load that hits L2 or
     # HBM, 200-800 cycles at ~1.4 GHz, plus its shared-memory load and store); 0.5 us, 0.3-0.8 us.
     # l2_load_latency_s: one global load that hits L2, the step of the softmax final reduction's walk
-    # (shadowkv_kernels.softmax_final_reduction_s); 0.25 us, 0.14-0.4 us: ~200 cycles for an L2 hit on
-    # Ampere/Volta in pointer-chasing microbenchmarks (Jia et al., arXiv 1804.06826, V100; Abdelkhalik et al.,
-    # arXiv 2208.11174, A100; recalled, not re-read here) at 1.41 GHz is 0.14 us, the A100's far L2 partition
-    # and the loop's convert/exp steps up to ~2x that.
+    # (shadowkv_kernels.softmax_final_reduction_s); 0.16 us, 0.14-0.25 us. Read (search tools, 2026-11-28):
+    # an L2 hit is 200 cycles on V100, A100 and H100 alike (Table 3 of PMC10448217, Ultrason. Sonochem. 2023,
+    # a secondary table of round numbers; shared memory 20 cycles there); the A100 holds 1410 MHz under
+    # load (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023: A100 SXM4 at 1410 MHz,
+    # no clock drop); an access to the far half of the A100's split L2 is 1.75x slower and copies the line
+    # into the near half (notes of the GTC 2021 talk "Dissecting the Ampere GPU Architecture through
+    # Microbenchmarking", kayzee3327.github.io/the-cuda-cache); per-SM L2 hit latency spans 222-339 cycles on
+    # an L40 (arXiv 2606.22588, Ada, not A100). Not read: the latency tables of Jia et al. (arXiv 1804.06826)
+    # and Abdelkhalik et al. (arXiv 2208.11174), and the Chips and Cheese latency plots (only the pages'
+    # openings and abstracts came back). So: 200 cycles / 1.41 GHz = 0.142 us (near), 350 cycles = 0.248 us
+    # (far); a row's partials span a few 128-byte lines, the first touch of each may be far and the rest near,
+    # plus the max/sum chain per step (~20 cycles): 0.16 us; all far 0.25 us.
+    # smem_step_latency_s: one barrier-separated or dependent shared-memory step of the sorts
+    # (shadowkv_kernels.topk_sort_s, offset_reorder_s); 40 ns, 14-85 ns: a shared load of ~20 cycles (the
+    # same Table 3) at 1.41 GHz is 14 ns; with the store and the __syncthreads that follow, ~60 cycles
+    # (43 ns); up to ~120 cycles with bank conflicts of the scattered exchanges (85 ns). Estimate.
+    # l2_bandwidth_gbps: the L2 rate of the softmax apply kernel's repeated walks (shadowkv_kernels.
+    # softmax_apply_repeat_s); 3600 GB/s, 2400-5400: A100 L2 slice geometry, 32 B per sector x 8 slices x 10
+    # partitions = 2560 B per cycle at 1.41 GHz = 3.6 TB/s; a 2 MB L2-resident copy measured 2447 GB/s of
+    # read + write at 0.74 waves; cp.async's 1.5 sectors per cycle 5.4 TB/s (smallscientist1/
+    # cuda_microbenchmark analysis_A100.md, A100 PCIe 80GB with Nsight Compute).
     estimate_ranges: ClassVar[dict[str, tuple[float, float]]] = {
         "svd_flops_fraction": (0.0625, 0.003),
         "uva_rate_fraction": (1.0, 0.6),
         "uva_read_latency_s": (1.0e-6, 4.0e-6),
         "device_load_latency_s": (3.0e-7, 8.0e-7),
-        "l2_load_latency_s": (1.4e-7, 4.0e-7),
+        "l2_load_latency_s": (1.4e-7, 2.5e-7),
+        "smem_step_latency_s": (1.4e-8, 8.5e-8),
+        "l2_bandwidth_gbps": (5400.0, 2400.0),
     }
 
     def recipe(self) -> DecoderRecipe:

@@ -40,15 +40,35 @@ block waits for, not by HBM bandwidth:
   one block per (sequence, KV head), copy.cuh:353-390), the int32 cast of the positions
   (models/tensor_op.py:216), the CUTLASS gather-GEMM and the RoPE push (tensor_op.py:218-236): 4 launches.
 
-Not priced: the softmax apply kernel (batch_gemm_softmax.h:501-508) launches ceil(cols / 8192) blocks per
-row in its grid's y dimension although every block starts at column 0 (`block_n = 0`, ApplySoftmax::apply)
-and walks the whole row, so the row's read and write are repeated that many times; the repeats are
-scheduled next to each other (x varies fastest) and hit L2, so they are left out.
+- Sorts on the selection's critical path (priced in shared-memory steps, `smem_step_latency_s`):
+  `torch.topk(..., sorted=True)` sorts the k = select_sets results of each row in place
+  (TensorTopK.cpp: sortKeyValueInplace after launch_gather_topk_kernel; Sort.cu): k <= 128 by
+  WarpMergeSort<128> (one warp per row, 4 items per thread, 5 merge rounds, each a merge-path search of
+  log2(8 * 2^r) shared loads and a serial merge of 4), 128 < k <= 4096 by MediumRadixSort (one block per
+  row, 32 items per thread: 1024 slots for k <= 1024, cub::BlockRadixSort over the 16 bits of the bf16
+  key at the default 4 radix bits = 4 passes, each a serial ranking of the thread's 32 items through
+  its shared digit counters plus ~6 barrier-separated steps: counter scan, rank update, key and value
+  exchanges); then `reorder_keys_and_compute_offsets` (gather_copy.cu:207 ->
+  kernels/map.cuh:475-516, `reorder_keys_and_mixed_offsets`, one block of select_sets threads per
+  (sequence, KV head)) builds a hash map of last step's chunks in shared memory, looks the new ones up,
+  packs hits first with block scans (17 barrier-separated steps, map.cuh:86-91, :341-406) and, with
+  SORT_OFFSET 1 (gather_copy.cu:29), sorts the offsets by `block_sort2` (map.cuh:229-259): two
+  bitonic sorts of select_sets entries, each s(s+1)/2 stages of a shared-memory compare-and-swap
+  ending in __syncthreads (map.cuh:196-224), s = log2(select_sets). Each kernel also waits for its
+  global loads (2 device load latencies).
+- The softmax apply kernel (batch_gemm_softmax.h:494-508) launches ceil(cols / 8192) blocks per row in
+  its grid's y dimension (ApplyShape<1, 1024> x 8 bf16 per access, batch_gemm_softmax.cu:103) although
+  every block starts at column 0 (`block_n = 0`, batch_gemm_softmax.h:165, ApplySoftmax::apply) and
+  walks the whole row, so the row's read and write are repeated that many times. The repeats run next
+  to each other (x varies fastest) and hit L2: the extra (repeats - 1) x rows x cols x (2 + 2) bytes are
+  priced at `l2_bandwidth_gbps` (the first walk is in the selection's bytes).
 
 Latencies are estimates (knobs of ShadowKVKnobs, with ranges in ShadowKV.estimate_ranges):
 `uva_read_latency_s`, the round trip of an SM's read of pinned host memory over PCIe,
 `device_load_latency_s`, one dependent global load (L2 or HBM) plus the loop's shared-memory steps, and
-`l2_load_latency_s`, one global load that hits L2 (the final reduction's step).
+`l2_load_latency_s`, one global load that hits L2 (the final reduction's step), `smem_step_latency_s`,
+one barrier-separated or dependent shared-memory step (the sorts), and `l2_bandwidth_gbps`, the L2
+rate of the apply kernel's repeated walks.
 Pure arithmetic on numpy arrays; no torch.
 """
 
@@ -77,9 +97,12 @@ __all__ = [
     "published_compaction_s",
     "published_gather_s",
     "SOFTMAX_TILE_COLS",
+    "offset_reorder_s",
     "resident_blocks",
     "select_s",
+    "softmax_apply_repeat_s",
     "softmax_final_reduction_s",
+    "topk_sort_s",
     "topk_gather_s",
     "value_gather_s",
 ]
@@ -99,6 +122,16 @@ THREADS_PER_SM = 2048  # resident threads per SM, compute capability 8.0 and 9.0
 SOFTMAX_TILE_COLS = 256  # batch_gemm_softmax.cu:95 ThreadblockShape<32, 256, 32>: one partial per tile
 SOFTMAX_FINAL_PASSES = 2  # reduce_softmax_final.h: the max pass, then the sum pass, each over every partial
 SOFTMAX_FINAL_UNROLL = 4  # nvcc's run-time unroll of each pass (SASS of a reproduction, module docstring)
+APPLY_BLOCK_COLS = 1024 * 8  # batch_gemm_softmax.cu:103 ApplyShape<1, 1024>, 8 bf16 per 16-byte access
+APPLY_BYTES_PER_SCORE = 2 + 2  # one walk reads the bf16 GEMM output and writes the bf16 softmax
+SORT_KEY_BITS = 16  # the bf16 scores sorted by torch.topk(sorted=True)
+RADIX_BITS = 4  # cub::BlockRadixSort's default RADIX_BITS
+RADIX_ITEMS_PER_THREAD = 32  # Sort.cu MediumRadixSort: HANDLE_CASE(1024 | 2048 | 4096, 32)
+RADIX_PASS_STEPS = 6  # per pass besides the ranking chain: counter scan, rank update, 2 exchanges
+WARP_SORT_SLOTS = 128  # Sort.cu WarpMergeSort<128>: rows of 2-128 results, one warp each
+WARP_SORT_ITEMS = WARP_SORT_SLOTS // 32
+OFFSET_MAP_STEPS = 17  # reorder_keys_and_mixed_offsets besides block_sort2's two sorts (module docstring)
+SORT_GLOBAL_LOADS = 2  # each sort kernel waits for its keys' and values' (or ids') global loads
 
 
 def gather_block_smem_bytes(select_sets: int) -> int:
@@ -177,11 +210,49 @@ def softmax_final_reduction_s(cols: np.ndarray, l2_load_latency_s: float) -> np.
     return np.where(cols > 0, SOFTMAX_FINAL_PASSES * steps * l2_load_latency_s, 0.0)
 
 
+def topk_sort_s(k: int, smem_step_latency_s: float, device_load_latency_s: float) -> float:
+    """Latency of torch.topk's in-place sort of the k results of each row (module docstring): one warp or
+    block per row, all rows in one wave (<= 384 rows of <= 128 threads here). 0 for k <= 1."""
+    if k <= 1:
+        return 0.0
+    if k <= WARP_SORT_SLOTS:
+        rounds = range(int(math.log2(32)))  # merge rounds of the warp's 32 sorted runs
+        steps = sum(1 + math.log2(2 * WARP_SORT_ITEMS * 2**r) + WARP_SORT_ITEMS for r in rounds)
+    else:
+        steps = (SORT_KEY_BITS // RADIX_BITS) * (RADIX_ITEMS_PER_THREAD + RADIX_PASS_STEPS)
+    return steps * smem_step_latency_s + SORT_GLOBAL_LOADS * device_load_latency_s
+
+
+def offset_reorder_s(
+    select_sets: int, heads: int, sm_count: int | None, smem_step_latency_s: float,
+    device_load_latency_s: float,
+) -> float:
+    """Latency of reorder_keys_and_mixed_offsets: one block of select_sets threads per (sequence, KV
+    head), OFFSET_MAP_STEPS steps for the map and the scans and two bitonic sorts of s(s+1)/2 stages
+    (s = log2(select_sets)), per wave of blocks (THREADS_PER_SM // select_sets per SM)."""
+    if select_sets <= 1:
+        return 0.0
+    s = math.ceil(math.log2(select_sets))
+    per_sm = max(1, THREADS_PER_SM // select_sets)
+    waves = 1 if sm_count is None else math.ceil(heads / (per_sm * sm_count))
+    steps = OFFSET_MAP_STEPS + s * (s + 1)
+    return waves * (steps * smem_step_latency_s + SORT_GLOBAL_LOADS * device_load_latency_s)
+
+
+def softmax_apply_repeat_s(rows: int, cols: np.ndarray, l2_bandwidth_gbps: float) -> np.ndarray:
+    """Seconds of the softmax apply kernel's repeated walks: (ceil(cols / APPLY_BLOCK_COLS) - 1) extra
+    reads and writes of `rows` rows of `cols` bf16 scores, through L2 at `l2_bandwidth_gbps`."""
+    cols = np.asarray(cols, dtype=np.float64)
+    repeats = np.maximum(0.0, np.ceil(cols / APPLY_BLOCK_COLS) - 1.0)
+    return repeats * rows * cols * APPLY_BYTES_PER_SCORE / (l2_bandwidth_gbps * 1e9)
+
+
 # ----- the model's use of the above (knobs: traces.catalogue.retrieval.ShadowKVKnobs) -----
 def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
     """(S,) selection over every landmark (one per chunk and KV head): the GEMM with an fp32 softmax per
     query head at the roofline; as published its SELECT_LAUNCHES launches, the softmax final reduction's
-    walk over the partials and gatherTopK's walk."""
+    walk over the partials, the apply kernel's repeated walks, gatherTopK's walk, the sort of the top-k
+    results and the offsets' reorder and sort."""
     cfg, m = ctx.cfg, ctx.model
     b, d, dt = cfg.batch_size, m.head_dim, cfg.dtype_bytes
     context = ctx.demand.context_tokens.astype(np.float64)
@@ -193,6 +264,12 @@ def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
         rows = b * m.n_kv_heads
         select = select + softmax_final_reduction_s(chunks, knobs.l2_load_latency_s)
         select = select + topk_gather_s(rows, chunks, ctx.profile.gpu.sm_count, knobs.device_load_latency_s)
+        select = select + softmax_apply_repeat_s(b * m.n_qo_heads, chunks, knobs.l2_bandwidth_gbps)
+        sets = cfg.selected_tokens // knobs.chunk_tokens
+        select = select + topk_sort_s(sets, knobs.smem_step_latency_s, knobs.device_load_latency_s)
+        select = select + offset_reorder_s(
+            sets, rows, ctx.profile.gpu.sm_count, knobs.smem_step_latency_s, knobs.device_load_latency_s
+        )
     return np.where(chunks > 0, select, 0.0)
 
 

@@ -129,9 +129,16 @@ class ShadowKVKnobs(MethodKnobs):
                                         "steps, the pace of ShadowKV's one-chunk-in-flight copy loops and "
                                         "of gatherTopK (as published; estimate)", side="simulator", low=0.0,
                                         low_open=True)
-    l2_load_latency_s: float = knob(2.5e-7, "one global load that hits L2, the pace of the softmax final "
+    l2_load_latency_s: float = knob(1.6e-7, "one global load that hits L2, the pace of the softmax final "
                                     "reduction's per-thread walk over the partials of selection (as "
                                     "published; estimate)", side="simulator", low=0.0, low_open=True)
+    smem_step_latency_s: float = knob(4.0e-8, "one barrier-separated or dependent shared-memory step, the "
+                                      "pace of the top-k results' sort and of the offsets' reorder and "
+                                      "bitonic sorts (as published; estimate)", side="simulator", low=0.0,
+                                      low_open=True)
+    l2_bandwidth_gbps: float = knob(3600.0, "L2 rate of the softmax apply kernel's repeated walks over "
+                                    "each score row, GB/s (as published; estimate)", side="simulator",
+                                    low=0.0, low_open=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
