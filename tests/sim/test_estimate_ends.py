@@ -67,11 +67,14 @@ def test_method_constants_move_unless_the_config_sets_them() -> None:
         "uva_rate_fraction": (1.0, 0.6),
         "uva_read_latency_s": (1.0e-6, 4.0e-6),
         "device_load_latency_s": (3.0e-7, 8.0e-7),
-        "l2_load_latency_s": (1.4e-7, 4.0e-7),
+        "l2_load_latency_s": (1.4e-7, 2.5e-7),
+        "smem_step_latency_s": (1.4e-8, 8.5e-8),
+        "l2_bandwidth_gbps": (5400.0, 2400.0),
     }
     ends = end_configs(_cfg(method="shadowkv"))
     assert ends["low"].method_options["svd_flops_fraction"] == 0.0625
-    assert ends["high"].method_options["l2_load_latency_s"] == 4.0e-7
+    assert ends["high"].method_options["l2_load_latency_s"] == 2.5e-7
+    assert ends["high"].method_options["l2_bandwidth_gbps"] == 2400.0
     assert ends["high"].method_options["svd_flops_fraction"] == 0.003
     kept = end_configs(_cfg(method="shadowkv", method_options={"svd_flops_fraction": 0.02}))
     assert kept["high"].method_options["svd_flops_fraction"] == 0.02

@@ -10,9 +10,12 @@ from sim.engine import prepare
 from sim.methods.shadowkv_kernels import (
     gather_block_smem_bytes,
     key_compaction_s,
+    offset_reorder_s,
     resident_blocks,
+    softmax_apply_repeat_s,
     softmax_final_reduction_s,
     topk_gather_s,
+    topk_sort_s,
     value_gather_s,
 )
 
@@ -89,14 +92,43 @@ def test_softmax_final_reduction_walks_every_partial_twice() -> None:
     assert softmax_final_reduction_s(np.array([62456.0]), 2.5e-7)[0] == pytest.approx(2 * (61 + 0) * 2.5e-7)
 
 
-def test_as_published_selection_counts_its_launches_and_the_two_walks() -> None:
+def test_topk_sort_takes_the_warp_merge_or_the_block_radix_path() -> None:
+    # 128 results: WarpMergeSort<128>, 5 rounds of (1 + log2(8 * 2^r) + 4) steps = 50
+    assert topk_sort_s(128, 4e-8, 5e-7) == pytest.approx(50 * 4e-8 + 2 * 5e-7)
+    # 256 or 512 results: MediumRadixSort, 4 passes of the 32-item ranking chain + 6 steps
+    assert topk_sort_s(256, 4e-8, 5e-7) == pytest.approx(4 * 38 * 4e-8 + 2 * 5e-7)
+    assert topk_sort_s(512, 4e-8, 5e-7) == topk_sort_s(256, 4e-8, 5e-7)
+    assert topk_sort_s(1, 4e-8, 5e-7) == 0.0
+
+
+def test_offset_reorder_runs_two_bitonic_sorts_per_block() -> None:
+    # 256 sets: 17 map and scan steps + 2 x 8 x 9 / 2 bitonic stages, one wave of 96 blocks
+    assert offset_reorder_s(256, 96, A100_SMS, 4e-8, 5e-7) == pytest.approx((17 + 72) * 4e-8 + 2 * 5e-7)
+    assert offset_reorder_s(512, 40, A100_SMS, 4e-8, 5e-7) == pytest.approx((17 + 90) * 4e-8 + 2 * 5e-7)
+    # more blocks than 8 per SM x 108 SMs of 256 threads: a second wave
+    assert offset_reorder_s(256, 900, A100_SMS, 4e-8, 5e-7) == pytest.approx(2 * ((17 + 72) * 4e-8 + 1e-6))
+
+
+def test_softmax_apply_repeats_its_row_walk_per_8192_columns() -> None:
+    got = softmax_apply_repeat_s(320, np.array([8192.0, 8193.0, 31228.0]), 3600.0)
+    assert got[0] == 0.0
+    assert got[1] == pytest.approx(320 * 8193 * 4 / 3.6e12)
+    assert got[2] == pytest.approx(3 * 320 * 31228 * 4 / 3.6e12)
+
+
+def test_as_published_selection_counts_its_launches_walks_and_sorts() -> None:
     ideal = float(np.asarray(_work("ideal")["select"].seconds)[-1, 5])
     published = float(np.asarray(_work("as-published")["select"].seconds)[-1, 5])
     chunks = (244 * 1024 - 32) // 8
     topk_walk = 1.5 * np.ceil(chunks / 1024) * 5e-7
     partials = np.ceil(chunks / 256)
     steps = np.floor(partials / 4) + partials % 4
-    reduction_walk = 2 * steps * 2.5e-7
-    assert published - ideal == pytest.approx(8 * 4e-6 + topk_walk + reduction_walk, rel=0.01)
-    slow_l2 = float(np.asarray(_work("as-published", l2_load_latency_s=4e-7)["select"].seconds)[-1, 5])
-    assert slow_l2 - published == pytest.approx(2 * steps * 1.5e-7, rel=0.01)
+    reduction_walk = 2 * steps * 1.6e-7
+    apply_repeats = 3 * 10 * 32 * chunks * 4 / 3.6e12  # 10 x 32 query rows, 4 walks of each row
+    sorts = (4 * 38 + 17 + 90) * 4e-8 + 4 * 5e-7  # 512 results: radix sort, then the offsets' reorder
+    extra = 8 * 4e-6 + topk_walk + reduction_walk + apply_repeats + sorts
+    assert published - ideal == pytest.approx(extra, rel=0.01)
+    slow_l2 = float(np.asarray(_work("as-published", l2_load_latency_s=2.5e-7)["select"].seconds)[-1, 5])
+    assert slow_l2 - published == pytest.approx(2 * steps * 0.9e-7, rel=0.01)
+    slow_smem = float(np.asarray(_work("as-published", smem_step_latency_s=8e-8)["select"].seconds)[-1, 5])
+    assert slow_smem - published == pytest.approx((4 * 38 + 17 + 90) * 4e-8, rel=0.01)
