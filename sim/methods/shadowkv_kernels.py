@@ -46,9 +46,10 @@ block waits for, not by HBM bandwidth:
   WarpMergeSort<128> (one warp per row, 4 items per thread, 5 merge rounds, each a merge-path search of
   log2(8 * 2^r) shared loads and a serial merge of 4), 128 < k <= 4096 by MediumRadixSort (one block per
   row, 32 items per thread: 1024 slots for k <= 1024, cub::BlockRadixSort over the 16 bits of the bf16
-  key at the default 4 radix bits = 4 passes, each a serial ranking of the thread's 32 items through
-  its shared digit counters plus ~6 barrier-separated steps: counter scan, rank update, key and value
-  exchanges); then `reorder_keys_and_compute_offsets` (gather_copy.cu:207 ->
+  key at the default 4 radix bits = 4 passes (NVIDIA/cub block_radix_sort.cuh: per pass RankKeys, then
+  __syncthreads, the keys' ScatterToBlocked, __syncthreads, the values'), each a serial ranking of the
+  thread's 32 items through its shared digit counters plus ~6 barrier-separated steps: counter scan,
+  rank update, key and value exchanges); then `reorder_keys_and_compute_offsets` (gather_copy.cu:207 ->
   kernels/map.cuh:475-516, `reorder_keys_and_mixed_offsets`, one block of select_sets threads per
   (sequence, KV head)) builds a hash map of last step's chunks in shared memory, looks the new ones up,
   packs hits first with block scans (17 barrier-separated steps, map.cuh:86-91, :341-406) and, with
@@ -125,7 +126,7 @@ SOFTMAX_FINAL_UNROLL = 4  # nvcc's run-time unroll of each pass (SASS of a repro
 APPLY_BLOCK_COLS = 1024 * 8  # batch_gemm_softmax.cu:103 ApplyShape<1, 1024>, 8 bf16 per 16-byte access
 APPLY_BYTES_PER_SCORE = 2 + 2  # one walk reads the bf16 GEMM output and writes the bf16 softmax
 SORT_KEY_BITS = 16  # the bf16 scores sorted by torch.topk(sorted=True)
-RADIX_BITS = 4  # cub::BlockRadixSort's default RADIX_BITS
+RADIX_BITS = 4  # cub/block/block_radix_sort.cuh: BlockRadixSort's template default RADIX_BITS = 4
 RADIX_ITEMS_PER_THREAD = 32  # Sort.cu MediumRadixSort: HANDLE_CASE(1024 | 2048 | 4096, 32)
 RADIX_PASS_STEPS = 6  # per pass besides the ranking chain: counter scan, rank update, 2 exchanges
 WARP_SORT_SLOTS = 128  # Sort.cu WarpMergeSort<128>: rows of 2-128 results, one warp each
