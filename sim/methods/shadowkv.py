@@ -45,7 +45,8 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
   steps; the new token's K and V copied into the GPU buffers with two `copy_` of slices
   (kv_cache.py:697-698): 2 eager ops + 2 Python slicing steps.
 - select: shadowkv.batch_gemm_softmax and reorder_keys_and_compute_offsets (kv_cache.py:622, :643),
-  2 extension calls; torch.max, torch.topk, gather (kv_cache.py:637, :640, :642), 3 eager ops.
+  2 extension calls; query_states.contiguous(), torch.max, torch.topk, gather (kv_cache.py:623, :637,
+  :640, :642), 4 eager ops.
 - fetch: switch to the copy stream and wait_stream (base.py:154-155), 2 Python steps; one
   gather_copy_with_offsets launch (kv_cache.py:649) that reads the missed value chunks from pinned host
   memory (UVA), called from Python (one extension call on the host; the launch is the transfer's issue).
@@ -59,7 +60,7 @@ eager PyTorch, one Python call per op, no CUDA graphs; per decode layer (base.py
   `next_token.tolist()` (base.py:331): one read-back, the host waits for the step (host_sync).
 No host sync inside a layer: the host runs ahead of the GPU unless its per-layer cost exceeds the GPU's.
 On the GPU the code's small kernels are priced by their loop structure (sim/methods/shadowkv_kernels.py):
-selection's 12 launches, its softmax final reduction's walk over the partials, the apply kernel's repeated
+selection's 13 launches, its softmax final reduction's walk over the partials, the apply kernel's repeated
 row walks, gatherTopK's walk, the sort of the top-k results and the offsets' reorder and sorts, the
 value gather's one chunk in flight per block, its copy back from the temp buffer, and the key compaction;
 the value gather holds ~65 KB of shared memory per block, so the key rebuild gets only the SMs it leaves
@@ -339,7 +340,7 @@ class ShadowKV(DecoderMethod):
         return {
             "select": Kernel(
                 np.where(dense, 0.0, ctx.full(select_s(ctx, self.knobs))),
-                host_s=sparse * host_s(ctx, HostOps(torch_ops=3, ext_calls=2, cpp_launches=2)),
+                host_s=sparse * host_s(ctx, HostOps(torch_ops=4, ext_calls=2, cpp_launches=2)),
             ),
             "fetch": Transfer(  # one gather kernel per layer-step reading pinned host memory (UVA)
                 direction="h2d",

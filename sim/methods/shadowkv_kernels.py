@@ -10,7 +10,9 @@ block waits for, not by HBM bandwidth:
   7.5K-31K landmark scores) takes the multi-block path of aten/src/ATen/native/cuda/TensorTopK.cu
   (`mbtopk::launch`: a cudaMemsetAsync, a `fill`, one `radixFindKthValues` pass per 8 bits of bf16 = 2,
   then `sbtopk::gatherTopK`) and, with sorted=True, one sort of the k results: 6 launches; `gather`
-  (:642) 1; `reorder_keys_and_compute_offsets` (:643 -> kernels/gather_copy.cu:207) 1: 12 in all.
+  (:642) 1; `reorder_keys_and_compute_offsets` (:643 -> kernels/gather_copy.cu:207) 1; and the copy of
+  `query_states.contiguous()` (:623: the query is a transposed view of the fused QKV output, llama.py:143-146,
+  :185-186, not contiguous at batch > 1) 1: 13 in all.
   `gatherTopK` runs one block (<= 1024 threads) per row and walks the row in steps of the block width
   twice (values above the k-th; then ties, stopping once k are found: ~half a row), each step one
   dependent load per thread and a block-wide prefix scan: rows x ceil(cols / 1024) x 1.5 steps.
@@ -114,8 +116,8 @@ COPY_BLOCK_THREADS = 128  # gather_copy.cu:248 blockSize = BLOCK_SIZE_CP
 REBUILD_TILE_ROWS = 128  # kernels/batch_gather_gemm.cu:80, threadblock tile GemmShape<128, 128, 32>
 # CUTLASS multistage main loop: 5 stages (batch_gather_gemm.cu:106) of a 128x32 A and a 32x128 B bf16 tile
 REBUILD_CTA_SMEM_BYTES = 5 * (128 * 32 + 32 * 128) * 2
-# kernel launches per sparse layer (module docstring): selection 3 + 1 + 6 + 1 + 1, rebuild 4
-SELECT_LAUNCHES = 12
+# kernel launches per sparse layer (module docstring): selection 1 + 3 + 1 + 6 + 1 + 1, rebuild 4
+SELECT_LAUNCHES = 13
 REBUILD_LAUNCHES = 4
 TOPK_BLOCK_THREADS = 1024  # sbtopk::gatherTopK: min(round_up(cols, 32), 1024) threads per row
 TOPK_STEPS_PER_WIDTH = 1.5  # the strict pass over the whole row, the ties pass over half of it on average
