@@ -135,6 +135,11 @@ WARP_SORT_SLOTS = 128  # Sort.cu WarpMergeSort<128>: rows of 2-128 results, one 
 WARP_SORT_ITEMS = WARP_SORT_SLOTS // 32
 OFFSET_MAP_STEPS = 17  # reorder_keys_and_mixed_offsets besides block_sort2's two sorts (module docstring)
 SORT_GLOBAL_LOADS = 2  # each sort kernel waits for its keys' and values' (or ids') global loads
+# selection's score traffic as published, per query score in dtype units: the GEMM writes it (bf16), the apply
+# kernel's first walk reads it and writes the softmax, torch.max reads that (kv_cache.py:637)
+SCORE_PASSES_PER_QUERY = 4
+MAX_INDEX_BYTES = 8  # torch.max(dim=-2) also writes an int64 index per KV score
+TOPK_ROW_READS = 2 + TOPK_STEPS_PER_WIDTH  # radixFindKthValues per 8 bits of bf16, then gatherTopK's walks
 
 
 def gather_block_smem_bytes(select_sets: int) -> int:
@@ -253,7 +258,9 @@ def softmax_apply_repeat_s(rows: int, cols: np.ndarray, l2_bandwidth_gbps: float
 # ----- the model's use of the above (knobs: traces.catalogue.retrieval.ShadowKVKnobs) -----
 def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
     """(S,) selection over every landmark (one per chunk and KV head): the GEMM with an fp32 softmax per
-    query head at the roofline; as published its SELECT_LAUNCHES launches, the softmax final reduction's
+    query head at the roofline (ideal: 3 fp32 passes per query score; as published the code's bytes: 4 bf16
+    passes per query score, then per KV score max's bf16 value and int64 index and top-k's 3.5 reads of the
+    bf16 row); as published also its SELECT_LAUNCHES launches, the softmax final reduction's
     walk over the partials, the apply kernel's repeated walks, gatherTopK's walk, the sort of the top-k
     results and the offsets' reorder and sort."""
     cfg, m = ctx.cfg, ctx.model
@@ -261,6 +268,11 @@ def select_s(ctx: CostContext, knobs: Any) -> np.ndarray:
     context = ctx.demand.context_tokens.astype(np.float64)
     chunks = np.maximum(0.0, np.floor((context - cfg.sink_tokens - cfg.window_tokens) / knobs.chunk_tokens))
     sel_bytes = b * m.n_kv_heads * chunks * d * dt + 3 * b * m.n_qo_heads * chunks * 4
+    if ctx.as_published:  # the code's bf16 passes (SCORE_PASSES_PER_QUERY), max's values and indices, top-k
+        kv_score_bytes = dt + MAX_INDEX_BYTES + TOPK_ROW_READS * dt
+        sel_bytes = b * chunks * (
+            m.n_kv_heads * (d * dt + kv_score_bytes) + m.n_qo_heads * SCORE_PASSES_PER_QUERY * dt
+        )
     launches = SELECT_LAUNCHES if ctx.as_published else 4
     select = ctx.cost.kernel_s(2.0 * b * m.n_qo_heads * chunks * d, sel_bytes, launches)
     if ctx.as_published:
