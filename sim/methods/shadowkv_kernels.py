@@ -135,8 +135,9 @@ WARP_SORT_SLOTS = 128  # Sort.cu WarpMergeSort<128>: rows of 2-128 results, one 
 WARP_SORT_ITEMS = WARP_SORT_SLOTS // 32
 OFFSET_MAP_STEPS = 17  # reorder_keys_and_mixed_offsets besides block_sort2's two sorts (module docstring)
 SORT_GLOBAL_LOADS = 2  # each sort kernel waits for its keys' and values' (or ids') global loads
-# selection's score traffic as published, per query score in dtype units: the GEMM writes it (bf16), the apply
-# kernel's first walk reads it and writes the softmax, torch.max reads that (kv_cache.py:637)
+# selection's score traffic as published, per query score in dtype units (bf16, batch_gemm_softmax.cu:78-82):
+# the GEMM writes it, the apply kernel's first walk reads it and writes the softmax, torch.max reads that
+# (kv_cache.py:637)
 SCORE_PASSES_PER_QUERY = 4
 MAX_INDEX_BYTES = 8  # torch.max(dim=-2) also writes an int64 index per KV score
 TOPK_ROW_READS = 2 + TOPK_STEPS_PER_WIDTH  # radixFindKthValues per 8 bits of bf16, then gatherTopK's walks
