@@ -41,7 +41,6 @@ block waits for, not by HBM bandwidth:
 - Key rebuild (kv_cache.py:661-662): `gather_copy_d2d_with_offsets` (the same one-chunk-in-flight loop,
   one block per (sequence, KV head), copy.cuh:353-390), the int32 cast of the positions
   (models/tensor_op.py:216), the CUTLASS gather-GEMM and the RoPE push (tensor_op.py:218-236): 4 launches.
-
 - Sorts on the selection's critical path (priced in shared-memory steps, `smem_step_latency_s`):
   `torch.topk(..., sorted=True)` sorts the k = select_sets results of each row in place
   (TensorTopK.cpp: sortKeyValueInplace after launch_gather_topk_kernel; Sort.cu): k <= 128 by
