@@ -110,10 +110,15 @@ class PyramidKVKnobs(DroppingKnobs):
 class DuoAttentionKnobs(MethodKnobs):
     sparsity: float = knob(0.5, "share of KV heads (over all layers) that stream: sink + recent only "
                            "(DuoAttention's sparsity)", side="both", low=0.0, high=1.0)
-    pattern: str | None = knob(None, "a released DuoAttention pattern, full_attention_heads.tsv (layers x KV "
-                               "heads of gate values); null: the head-deviation probe on the model", kind=str)
-    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (no pattern "
-                             "given)", low=2)
+    head_split: str = knob("trained", "where the head split comes from: trained (DuoAttention's gate "
+                           "optimisation: the pattern knob, else the pattern shipped for this model, "
+                           "python -m freekv_runtime.duo_train trains one) or probe (a one-shot deviation "
+                           "probe, a proxy of the optimisation)", choices=("trained", "probe"))
+    pattern: str | None = knob(None, "a DuoAttention pattern, full_attention_heads.tsv (layers x KV heads of "
+                               "gate values: released, or written by freekv_runtime.duo_train); null: the "
+                               "pattern shipped for the model (head_split trained)", kind=str)
+    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (head_split "
+                             "probe)", low=2)
     probe_repeats: int = knob(2, "times the probe segment is repeated", low=2)
     probe_seed: int = knob(0, "seed of the probe tokens", low=0)
 
