@@ -91,7 +91,8 @@ class PasskeySample:
 
 
 class PasskeySamples:
-    """Draws samples of `spec` with `tokenizer` (a transformers tokenizer); randomness from `rng` only."""
+    """Draws samples of `spec` with `tokenizer` (called as transformers tokenizers are:
+    tokenizer(text, add_special_tokens=...)["input_ids"]); randomness from `draw`'s `rng` only."""
 
     def __init__(self, spec: PasskeyDataSpec, tokenizer: Any) -> None:
         spec.check()
@@ -108,11 +109,11 @@ class PasskeySamples:
         self.sep = self._encode(SEPARATOR)
         self.needles = [self._encode(NEEDLE.format(ordinal=o)) for o in ORDINALS[: spec.n_passkeys]]
         self.questions = [self._encode(QUESTION.format(ordinal=o)) for o in ORDINALS[: spec.n_passkeys]]
-        self.prompt1 = list(self.tok.encode(PROMPT1, add_special_tokens=True))
+        self.prompt1 = list(self.tok(PROMPT1, add_special_tokens=True)["input_ids"])
         self.prompt2 = self._encode(PROMPT2)
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False))
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
 
     def _passkey(self, rng: np.random.Generator) -> list[int]:
         words = rng.integers(0, len(PASSKEY_ALPHABET), self.spec.passkey_words)

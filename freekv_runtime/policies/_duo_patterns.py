@@ -14,7 +14,8 @@ from pathlib import Path
 
 from freekv_runtime.policies.base import ModelAccess
 
-__all__ = ["PATTERN_FILE", "PROVENANCE_FILE", "PATTERNS_DIR", "fingerprint", "shipped_pattern"]
+__all__ = ["PATTERN_FILE", "PROVENANCE_FILE", "PATTERNS_DIR", "fingerprint", "shipped_names",
+           "shipped_pattern"]
 
 PATTERN_FILE = "full_attention_heads.tsv"
 PROVENANCE_FILE = "provenance.json"
@@ -36,8 +37,14 @@ def _matches(found: list[float], want: list[float]) -> bool:
     return all(abs(a - b) <= _FINGERPRINT_RTOL * scale for a, b in zip(found, want, strict=True))
 
 
-def shipped_pattern(model: ModelAccess, root: Path = PATTERNS_DIR) -> Path | None:
+def shipped_names() -> list[str]:
+    """The directory names of the shipped patterns (the models they were trained on)."""
+    return sorted(p.parent.name for p in PATTERNS_DIR.glob(f"*/{PROVENANCE_FILE}"))
+
+
+def shipped_pattern(model: ModelAccess) -> Path | None:
     """The shipped pattern directory trained on `model` (same shape and fingerprint), or None."""
+    root = PATTERNS_DIR
     if not root.is_dir():
         return None
     shape = [model.shape.n_layers, model.shape.n_kv_heads]

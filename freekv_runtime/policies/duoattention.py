@@ -58,7 +58,7 @@ import torch
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.policies._dropping import DroppingState
-from freekv_runtime.policies._duo_patterns import PATTERNS_DIR, shipped_pattern
+from freekv_runtime.policies._duo_patterns import shipped_names, shipped_pattern
 from freekv_runtime.policies.base import AttentionShape, KVPolicy, ModelAccess, PrefillOnlyState
 from freekv_runtime.policies.razorattention import probe_tokens
 from freekv_runtime.timing import OpTimer
@@ -181,7 +181,7 @@ class DuoAttentionPolicy(KVPolicy):
         else:
             found = shipped_pattern(model)
             if found is None:
-                shipped = ", ".join(sorted(p.name for p in PATTERNS_DIR.glob("*") if p.is_dir())) or "none"
+                shipped = ", ".join(shipped_names()) or "none"
                 raise RuntimeConfigError(
                     f"duoattention (head_split trained) has no trained head split for this model "
                     f"({shape.n_layers} layers x {shape.n_kv_heads} KV heads; patterns are shipped for: "
