@@ -196,7 +196,8 @@ ENTRIES = (
                 policy=_DROP + "pyramidkv:PyramidKVPolicy", model=_M + "pyramidkv:PyramidKV",
                 source="Cai et al., PyramidKV (arXiv 2406.02069); Zefan-Cai/PyramidKV"),
     MethodEntry("duoattention", "dropping", "retrieval heads keep everything, streaming heads sink + recent "
-                "(head split from a released pattern or a probe)", DuoAttentionKnobs,
+                "(head split from trained gates: shipped for smollm2-135m or a given pattern; a probe on "
+                "request)", DuoAttentionKnobs,
                 policy=_DROP + "duoattention:DuoAttentionPolicy", model=_M + "duoattention:DuoAttention",
                 source="Xiao et al., DuoAttention (ICLR 2025, arXiv 2410.10819); mit-han-lab/duo-attention"),
     MethodEntry("cake", "dropping", "layer budgets from each layer's attention dispersion and shift, tokens "
