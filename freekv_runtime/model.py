@@ -129,13 +129,16 @@ class ModelAdapter:
         timer: OpTimer,
         all_logits: bool = False,
         observe: Observe | None = None,
+        hidden: bool = False,
     ) -> torch.Tensor:
         """Run T new tokens at positions start..start+T-1 through every layer.
 
         tokens (b, T) int64. `attend(layer, q, k, v)` is the policy state's `prefill` or `decode`
         (q (b, Hq, T, d), k/v (b, Hkv, T, d) post-RoPE -> (b, Hq, T, d)). `observe`, if given, sees
         each layer's normed input and pre-RoPE keys first (`PolicyState.layer_inputs`). Returns logits
-        (b, T, V) if all_logits else (b, V) of the last token.
+        (b, T, V) if all_logits else (b, V) of the last token; with `hidden`, the final-normed hidden
+        states (b, T, D) of every position instead (the output of the HF base model, what DuoAttention's
+        gate training compares, freekv_runtime.duo_gates).
         """
         b, n_new = tokens.shape
         hq, hkv, d = self.shape.n_qo_heads, self.shape.n_kv_heads, self.shape.head_dim
@@ -158,6 +161,8 @@ class ModelAdapter:
                 x = x + attn.o_proj(o.transpose(1, 2).reshape(b, n_new, hq * d))  # (b, T, D)
             with timer.op("ffn"):
                 x = x + layer.mlp(layer.post_attention_layernorm(x))  # (b, T, D)
+        if hidden:
+            return self._core.norm(x)  # (b, T, D)
         with timer.op("lm_head"):
             x = x if all_logits else x[:, -1]  # (b, T, D) or (b, D)
             logits = self.hf.lm_head(self._core.norm(x))  # (b, T, V) or (b, V)

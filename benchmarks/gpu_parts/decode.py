@@ -148,8 +148,10 @@ def _one(
     from freekv_runtime.decode import DecodeContext
 
     device, dtype = loaded.device, loaded.dtype
-    knobs = RuntimeConfig(method=method, dense_layers=(0,), **setup.knobs,
-                          knobs={} if tau is None else {"tau": tau})
+    method_knobs: dict[str, Any] = {} if tau is None else {"tau": tau}
+    if method == "duoattention":
+        method_knobs["head_split"] = "probe"  # random weights have no trained head split
+    knobs = RuntimeConfig(method=method, dense_layers=(0,), **setup.knobs, knobs=method_knobs)
     adapter, state, timer = _new_state(loaded, knobs, batch)
     trace_steps = min(steps, 8)
     total = context + WARMUP_STEPS + steps + trace_steps + PROFILE_STEPS + 1

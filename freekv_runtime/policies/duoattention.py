@@ -17,29 +17,33 @@ budget_tokens - sink_tokens tokens (DuoAttention's sink_size + recent_size = bud
 convention: the token just appended counts; window_tokens is not used beyond validation, as in
 StreamingLLM); retrieval heads and dense layers attend everything (`unbudgeted_heads`).
 
-Where the head split comes from (`prepare`):
-- `pattern` (a path): a released DuoAttention pattern file, for a model it was trained on (Llama-2-7B-32K,
-  Llama-3-8B-1048k/4194k, Llama-3.1-8B, Mistral-7B v0.2/v0.3 in attn_patterns/); its shape must be the
-  model's (layers, KV heads); sparsified with `sparsity` as utils.py does (ties to the lower index instead
-  of its 1e-6 random noise);
-- else a PROXY of DuoAttention's optimisation (labelled so in the trace), for models without released
-  patterns (the default smollm2-135m has none). The published optimisation (duo_attn/train.py 139-156)
-  trains the gates on synthetic multi-passkey retrieval with loss = MSE(final hidden states of the full
-  model, of the gated model) + 0.05 * L1(alpha), gates mixing full and streaming attention per head
-  (llama.py 120-129). The proxy measures, on a probe of a seeded random segment of P = max(probe_tokens,
-  budget_tokens) tokens repeated `probe_repeats` times (each repeat can only be predicted by retrieving
-  the previous one, P tokens back, beyond a streaming head's recent window), each KV head's relative
-  deviation sum ||o_full - o_stream||^2 / sum ||o_full||^2 of its attention output (its query heads, the
-  queries of the repeats after the first) when it streams (the same sink + recent mask as at decode) while
-  every other head attends fully: the first-order, per-head form of the distillation term at alpha in
-  {0, 1} without the training. Heads with the lowest deviation stream (the `sparsity` share over all
-  layers, as `sparsify_attention_heads`).
-The split is published in the trace's metadata (traces.probe.retrieval_probe, plus "head_split": "pattern"
-or "deviation-probe (proxy)"), and the simulator's model replays its measured share per layer.
+Where the head split comes from (`prepare`, knob head_split):
+- trained (default): DuoAttention's gate optimisation (duo_attn/train.py; ours: freekv_runtime.duo_gates,
+  run by `python -m freekv_runtime.duo_train`): gates mixing full and streaming attention per KV head
+  (llama.py 120-129) trained on synthetic multi-passkey retrieval with loss = MSE(final hidden states of the
+  full model, of the gated model) + 0.05 * L1(alpha) (train.py 139-156). The gates come from `pattern` (a
+  path: a released pattern for a model it was trained on, Llama-2-7B-32K, Llama-3-8B-1048k/4194k,
+  Llama-3.1-8B, Mistral-7B v0.2/v0.3 in attn_patterns/, or one written by duo_train), else from the pattern
+  shipped for this model (freekv_runtime/patterns/, matched by shape and weight fingerprint,
+  freekv_runtime.policies._duo_patterns; smollm2-135m has one); a model with neither is refused with how
+  to train one. The shape must be the model's (layers, KV heads); sparsified with `sparsity` as utils.py
+  does (ties to the lower index instead of its 1e-6 random noise);
+- probe: a PROXY of the optimisation (labelled so in the trace), chosen explicitly (random-weight models,
+  models without a trained pattern). It measures, on a probe of a seeded random segment of
+  P = max(probe_tokens, budget_tokens) tokens repeated `probe_repeats` times (each repeat can only be
+  predicted by retrieving the previous one, P tokens back, beyond a streaming head's recent window), each
+  KV head's relative deviation sum ||o_full - o_stream||^2 / sum ||o_full||^2 of its attention output (its
+  query heads, the queries of the repeats after the first) when it streams (the same sink + recent mask as
+  at decode) while every other head attends fully: the first-order, per-head form of the distillation term
+  at alpha in {0, 1} without the training. Heads with the lowest deviation stream (the `sparsity` share
+  over all layers, as `sparsify_attention_heads`).
+The split is published in the trace's metadata (traces.probe.retrieval_probe, plus "head_split": "trained
+gates (DuoAttention optimisation)", "pattern" (a given file) or "deviation-probe (proxy ...)", and the
+gates' file as "head_split_source"), and the simulator's model replays its measured share per layer.
 
 Configuration: RuntimeConfig budget_tokens, sink_tokens, dense_layers; `config.knobs`
 (traces.catalogue.dropping.DuoAttentionKnobs): sparsity (0.5, scripts/run_longbench.sh 4 evaluates 0, 0.5
-and 0.75), pattern, probe_tokens (256), probe_repeats (2), probe_seed (0).
+and 0.75), head_split (trained), pattern, probe_tokens (256), probe_repeats (2), probe_seed (0).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import torch
 
 from freekv_runtime.config import RuntimeConfig, RuntimeConfigError
 from freekv_runtime.policies._dropping import DroppingState
+from freekv_runtime.policies._duo_patterns import shipped_names, shipped_pattern
 from freekv_runtime.policies.base import AttentionShape, KVPolicy, ModelAccess, PrefillOnlyState
 from freekv_runtime.policies.razorattention import probe_tokens
 from freekv_runtime.timing import OpTimer
@@ -156,26 +161,50 @@ class DuoAttentionPolicy(KVPolicy):
         self.retrieval_heads: np.ndarray | None = None  # (L, Hkv) bool, set by `prepare`
         self.head_scores: np.ndarray | None = None  # (L, Hkv): gate values or probe deviations
         self.head_split = ""
+        self.pattern_source = ""  # the gates' file for head_split trained
 
     def prepare(self, model: ModelAccess) -> None:
-        """The head split: the released pattern when given, else the deviation probe (module docstring)."""
+        """The head split: trained gates (the pattern knob, else the pattern shipped for the model) or, when
+        head_split is probe, the deviation probe (module docstring)."""
         k, shape = self.knobs, model.shape
-        if k.pattern is not None:
+        if k.head_split == "probe":
+            if k.pattern is not None:
+                raise RuntimeConfigError(
+                    f"duoattention knobs head_split=probe and pattern={k.pattern!r} contradict each other: a "
+                    "pattern holds trained gates (head_split trained); drop one of them")
+            self.head_scores = self._probe(model)
+            self.head_split = "deviation-probe (proxy of DuoAttention's optimisation)"
+        elif k.pattern is not None:
             self.head_scores = load_pattern(k.pattern, shape.n_layers, shape.n_kv_heads)
             self.head_split = "pattern"
+            self.pattern_source = str(k.pattern)
         else:
-            period = self.probe_period()
-            tokens = probe_tokens(model.vocab_size, period, k.probe_repeats, k.probe_seed)
-            probe = DeviationProbeState(shape.n_layers, shape.n_kv_heads, period,
-                                        self.config.sink_tokens,
-                                        self.config.budget_tokens - self.config.sink_tokens)
-            with torch.no_grad():
-                model.run_prefill(tokens.to(model.device), probe)
-            self.head_scores = probe.deviation
-            self.head_split = "deviation-probe (proxy of DuoAttention's optimisation)"
+            found = shipped_pattern(model)
+            if found is None:
+                shipped = ", ".join(shipped_names()) or "none"
+                raise RuntimeConfigError(
+                    f"duoattention (head_split trained) has no trained head split for this model "
+                    f"({shape.n_layers} layers x {shape.n_kv_heads} KV heads; patterns are shipped for: "
+                    f"{shipped}). Train one with `python -m freekv_runtime.duo_train --model MODEL --out "
+                    "DIR` and pass --option pattern=DIR, give a released DuoAttention pattern with --option "
+                    "pattern=PATH, or choose the deviation probe (a proxy) with --option head_split=probe")
+            self.head_scores = load_pattern(str(found), shape.n_layers, shape.n_kv_heads)
+            self.head_split = "trained gates (DuoAttention optimisation)"
+            self.pattern_source = f"freekv_runtime/patterns/{found.name}"
         self.retrieval_heads = split_heads(self.head_scores, k.sparsity)
         log.info("duoattention (%s): %d of %d KV heads are retrieval heads", self.head_split,
                  int(self.retrieval_heads.sum()), self.retrieval_heads.size)
+
+    def _probe(self, model: ModelAccess) -> np.ndarray:
+        """(L, Hkv) relative deviations of each KV head streaming on the probe (DeviationProbeState)."""
+        k, shape = self.knobs, model.shape
+        period = self.probe_period()
+        tokens = probe_tokens(model.vocab_size, period, k.probe_repeats, k.probe_seed)
+        probe = DeviationProbeState(shape.n_layers, shape.n_kv_heads, period, self.config.sink_tokens,
+                                    self.config.budget_tokens - self.config.sink_tokens)
+        with torch.no_grad():
+            model.run_prefill(tokens.to(model.device), probe)
+        return probe.deviation
 
     def probe_period(self) -> int:
         """The probe's segment length: probe_tokens, at least budget_tokens so that a repeat's lookup
@@ -187,8 +216,9 @@ class DuoAttentionPolicy(KVPolicy):
         `prepare`."""
         if self.retrieval_heads is None:
             return {}
-        probe = 0 if self.knobs.pattern is not None else self.probe_period() * self.knobs.probe_repeats
-        return {**retrieval_probe(self.retrieval_heads, probe), "head_split": self.head_split}
+        probe = self.probe_period() * self.knobs.probe_repeats if self.knobs.head_split == "probe" else 0
+        meta = {**retrieval_probe(self.retrieval_heads, probe), "head_split": self.head_split}
+        return {**meta, "head_split_source": self.pattern_source} if self.pattern_source else meta
 
     def new_state(self, shape: AttentionShape, batch_size: int, device: torch.device, dtype: torch.dtype,
                   timer: OpTimer) -> DuoAttentionState:

@@ -150,12 +150,15 @@ def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 # knobs under which a method whose budget covers the context is exact: ShadowKV's default rank is a share
 # of the key width (lossy by design), so the exactness check asks for full rank
 FULL_BUDGET_KNOBS: dict[str, dict[str, object]] = {"shadowkv": {"rank": 10_000}}
+# knobs the suite's random-weight model needs: it has no trained DuoAttention pattern, so the probe
+SUITE_KNOBS: dict[str, dict[str, object]] = {"duoattention": {"head_split": "probe"}}
 
 
 def config_for(method: str, **kw) -> RuntimeConfig:
     """The suite's configuration of `method`; tau 0.85 where the method has that knob; `knobs` adds or
     replaces method knobs, other keywords the retrieval knobs."""
     knobs = {"tau": 0.85} if "tau" in entry(method).knobs.names("runtime") else {}
+    knobs.update(SUITE_KNOBS.get(method, {}))
     knobs.update(kw.pop("knobs", {}))
     base = dict(method=method, page_size=8, budget_tokens=64, sink_tokens=8, window_tokens=16,
                 dense_layers=(0,))

@@ -110,10 +110,15 @@ class PyramidKVKnobs(DroppingKnobs):
 class DuoAttentionKnobs(MethodKnobs):
     sparsity: float = knob(0.5, "share of KV heads (over all layers) that stream: sink + recent only "
                            "(DuoAttention's sparsity)", side="both", low=0.0, high=1.0)
-    pattern: str | None = knob(None, "a released DuoAttention pattern, full_attention_heads.tsv (layers x KV "
-                               "heads of gate values); null: the head-deviation probe on the model", kind=str)
-    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (no pattern "
-                             "given)", low=2)
+    head_split: str = knob("trained", "where the head split comes from: trained (DuoAttention's gate "
+                           "optimisation: the pattern knob, else the pattern shipped for this model, "
+                           "python -m freekv_runtime.duo_train trains one) or probe (a one-shot deviation "
+                           "probe, a proxy of the optimisation)", choices=("trained", "probe"))
+    pattern: str | None = knob(None, "a DuoAttention pattern, full_attention_heads.tsv (layers x KV heads of "
+                               "gate values: released, or written by freekv_runtime.duo_train); null: the "
+                               "pattern shipped for the model (head_split trained)", kind=str)
+    probe_tokens: int = knob(256, "the probe's random segment length, at least the budget (head_split "
+                             "probe)", low=2)
     probe_repeats: int = knob(2, "times the probe segment is repeated", low=2)
     probe_seed: int = knob(0, "seed of the probe tokens", low=0)
 
@@ -191,7 +196,8 @@ ENTRIES = (
                 policy=_DROP + "pyramidkv:PyramidKVPolicy", model=_M + "pyramidkv:PyramidKV",
                 source="Cai et al., PyramidKV (arXiv 2406.02069); Zefan-Cai/PyramidKV"),
     MethodEntry("duoattention", "dropping", "retrieval heads keep everything, streaming heads sink + recent "
-                "(head split from a released pattern or a probe)", DuoAttentionKnobs,
+                "(head split from trained gates: shipped for smollm2-135m or a given pattern; a probe on "
+                "request)", DuoAttentionKnobs,
                 policy=_DROP + "duoattention:DuoAttentionPolicy", model=_M + "duoattention:DuoAttention",
                 source="Xiao et al., DuoAttention (ICLR 2025, arXiv 2410.10819); mit-han-lab/duo-attention"),
     MethodEntry("cake", "dropping", "layer budgets from each layer's attention dispersion and shift, tokens "
