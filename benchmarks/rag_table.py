@@ -134,8 +134,9 @@ def main() -> None:
         path = args.out / "table.json"
         earlier = json.loads(path.read_text()) if path.exists() else {"spec": spec.to_dict(), "rows": []}
         if earlier.get("spec") != spec.to_dict():
-            raise SystemExit(f"--only: {path} is from a run with other task settings ({earlier.get('spec')}); "
-                             f"give an OUT of a run with {spec.to_dict()} or a fresh OUT")
+            raise SystemExit(f"--only: {path} is from a run with other task settings "
+                             f"({earlier.get('spec')}); give an OUT of a run with {spec.to_dict()} or a "
+                             "fresh OUT")
     for method, knobs in CONFIGS:
         label = _label(method, knobs)
         if only is not None and label not in only:
