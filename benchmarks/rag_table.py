@@ -6,7 +6,8 @@ prefill, paired against full and no recompute.
     python benchmarks/rag_table.py --only samkv,"samkv block_tokens=16" --out runs/rag-table  # rerun two
 
 With --only, the other configurations' rows and per-prompt scores come from OUT/table.json of an earlier
-run with the same task settings (refused otherwise), so the pairing still uses the same prompts.
+run with the same task settings (refused when it holds other settings; with no OUT/table.json only the
+--only configurations run), so the pairing still uses the same prompts.
 
 One process: the model is loaded once, dense attention's answers on the joined prompts (the fidelity
 reference) computed once, then each configuration runs the same prompts through PolicyRunner (the
@@ -130,9 +131,11 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"--only: unknown configuration {unknown}; valid: {labels}")
         path = args.out / "table.json"
-        earlier = json.loads(path.read_text()) if path.exists() else {}
+        earlier = json.loads(path.read_text()) if path.exists() else {"spec": spec.to_dict(), "rows": []}
         if earlier.get("spec") != spec.to_dict():
-            raise SystemExit(f"--only needs {path} from a run with the same task settings ({spec.to_dict()})")
+            raise SystemExit(f"--only: {path} is from a run with other task settings "
+                             f"({earlier.get('spec')}); give an OUT of a run with {spec.to_dict()} or a "
+                             "fresh OUT")
     for method, knobs in CONFIGS:
         label = _label(method, knobs)
         if only is not None and label not in only:

@@ -25,6 +25,7 @@ import yaml
 
 from sim.demand import Demand
 from sim.errors import SimInputError
+from sim.key_values import split_key_values
 from sim.yaml_io import load_yaml, read_text_file
 from traces.models import get_model
 from traces.numbers import STANDARD_DEVIATION, SYNTHETIC_PAGES, SYNTHETIC_SEQS, SYNTHETIC_STEPS, Range
@@ -50,21 +51,18 @@ def parse_spec(spec: str) -> dict[str, Any]:
     if "=" not in spec and path.suffix.lower() in (".yaml", ".yml", ".json"):
         raw = _read_spec_file(path, spec)
     else:
-        raw = {}
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise SimInputError(
-                    f"synthetic spec {spec!r}: {part!r} is not key=value; e.g. 'correction=0.6,hit=0.8'"
-                )
-            if key.strip() in raw:
-                raise SimInputError(
-                    f"synthetic spec {spec!r}: {key.strip()!r} is given twice; give each key once"
-                )
+        def number(key: str, value: str) -> float:
             try:
-                raw[key.strip()] = float(value)
+                return float(value)
             except ValueError:
-                raise SimInputError(f"synthetic spec {spec!r}: {key.strip()} must be a number") from None
+                raise SimInputError(f"synthetic spec {spec!r}: {key} must be a number") from None
+
+        raw = split_key_values(
+            spec,
+            lambda part: SimInputError(
+                f"synthetic spec {spec!r}: {part!r} is not key=value; e.g. 'correction=0.6,hit=0.8'"),
+            lambda key: SimInputError(f"synthetic spec {spec!r}: {key!r} is given twice; give each key once"),
+            convert=number)
     unknown = sorted(str(k) for k in set(raw) - set(_KEYS))
     if unknown:
         raise SimInputError(

@@ -1,6 +1,8 @@
 """EPIC's LegoLink (runtime: freekv_runtime/policies/epic.py, as DerekHJH/epic runs it): the first
 link_tokens of every document recomputed at every layer (main.py:196-217), every token kept, the whole
-caches fetched; the shared prefill model: sim/methods/multi_context.py."""
+caches fetched; the shared prefill model: sim/methods/multi_context.py. Order, as published: sequential
+(main.py:157-185 builds every document's cache, `old_kvs`, before the timed request; the paper describes
+no overlap of loading and recompute); "ideal": layer-pipelined (sim/methods/layer_pipeline.py)."""
 
 from __future__ import annotations
 

@@ -9,14 +9,21 @@ recorded (traces.records.MultiContextRecord -> sim.demand.RagShares).
 Prefill (the time to first token), for the batch:
 - `prefill_fetch`: the kept KV of the documents found in the document cache (share `hit_rate`) copied
   host -> GPU over the profile's link (pinned host memory; each layer's K or V of a document one run per
-  KV head, or per kept block for block-sparse methods). The public codes load the caches before the
-  blended prefill (CacheBlend example/blend.py collects `old_kvs` then generates; DerekHJH/epic main.py
-  the same), so fetch and compute are priced one after the other;
+  KV head, or per kept block for block-sparse methods), the part of it on the critical path: all of it
+  when fetch and recompute run one after the other, what the recompute does not hide when they are
+  pipelined layer by layer (order below);
 - `prefill_documents`: each missed document prefilled alone (a dense prefill of its tokens), then stored;
 - `prefill_recompute_*`: per layer, the recomputed document tokens and the query tokens through the
   layer's projections and FFN (GEMMs of that many rows) and their attention over the kept context, the
   LM head once: the prefill of the recomputed tokens;
-- a method's own selection work (SamKV's block scoring), where it has one.
+- a method's own selection work (SamKV's block scoring, CacheBlend's deviation check), where it has one.
+Order of fetch and recompute (sim/methods/layer_pipeline.py): "as-published", each method's
+`published_order`: "sequential" (the whole fetch, then the recompute) where the public code loads the
+caches before the blended prefill (DerekHJH/epic benchmarks_ours/evals/e2e/main.py:157-185 collects
+`old_kvs` before the timed request), "layer-pipelined" (layer l+1 fetched while layer l is recomputed,
+one synchronised stage per layer) where it overlaps them (CacheBlend in LMCache); a method may hold part
+of the fetch out of the pipeline (`pipelined_fetch_share`: SamKV's anchors precede its selection).
+"ideal": every method layer-pipelined, the hardware-limit schedule at layer granularity.
 Decode: the shared decoder layer (sim/methods/decoder_layer.py) attending the kept document tokens, the
 query and the generated tokens at every layer. Memory: GPU per sequence, the kept tokens' KV; host per
 sequence, the documents' full caches (shared by every request that retrieves the same documents; counted
@@ -36,6 +43,7 @@ from sim.demand import Demand
 from sim.demand.records import RagShares
 from sim.methods.base import CostContext, MemoryNeed
 from sim.methods.decoder_layer import DecoderMethod
+from sim.methods.layer_pipeline import fetch_compute_s
 from traces.models import ModelSpec
 
 __all__ = ["MultiContextModel", "rag_layout"]
@@ -56,6 +64,7 @@ class MultiContextModel(DecoderMethod):
 
     needs_demand: ClassVar[bool] = False
     own_demand_optional: ClassVar[bool] = True
+    published_order: ClassVar[str] = "sequential"  # sim/methods/layer_pipeline.py ORDERS
     shares: RagShares | None = field(default=None, kw_only=True)
 
     def rule_shares(self, n_layers: int, document_tokens: float) -> tuple[float, np.ndarray]:
@@ -65,6 +74,14 @@ class MultiContextModel(DecoderMethod):
     def fetch_run_tokens(self, document_tokens: float) -> float:
         """Tokens per contiguous host run of a fetched document cache (per layer, head, K or V)."""
         return document_tokens
+
+    def pipelined_fetch_share(self, document_tokens: float, sequence_ratio: float) -> float:
+        """Share of the fetched document KV that can overlap the recompute (the rest is fetched first)."""
+        return 1.0
+
+    def fetch_order(self, ctx: CostContext) -> str:
+        """The order of fetch and recompute (module docstring): `published_order` as published."""
+        return self.published_order if ctx.implementation == "as-published" else "layer-pipelined"
 
     def for_demand(self, demand: Demand | None, transplant: bool = False) -> MultiContextModel:
         if demand is not None and demand.rag is not None:
@@ -107,23 +124,34 @@ class MultiContextModel(DecoderMethod):
         kept = seq * k * n + query
         fetched = b * h * k * n * seq * m.kv_bytes_per_token(dt)
         run_bytes = max(1, int(self.fetch_run_tokens(n) * d * dt))
-        parts = {"prefill_fetch": float(cost.copy_s(fetched, run_bytes, "h2d"))}
-        one_doc = sum(cost.dense_prefill_s(max(1, int(round(n)))).values())  # the batch's, one document each
-        parts["prefill_documents"] = (1.0 - h) * k * one_doc
-        linear = attention = 0.0
+        linear = np.zeros(m.n_layers)
+        attention = np.zeros(m.n_layers)
         for layer in range(m.n_layers):
             rows = int(round(b * (ratios[layer] * k * n + query)))
             if rows == 0:
                 continue
-            linear += (cost.gemm_s(rows, m.hidden_size, (m.n_qo_heads + 2 * m.n_kv_heads) * d)
-                       + cost.gemm_s(rows, m.n_qo_heads * d, m.hidden_size)
-                       + cost.gemm_s(rows, m.hidden_size, 2 * m.ffn_size)
-                       + cost.gemm_s(rows, m.ffn_size, m.hidden_size))
+            linear[layer] = (cost.gemm_s(rows, m.hidden_size, (m.n_qo_heads + 2 * m.n_kv_heads) * d)
+                             + cost.gemm_s(rows, m.n_qo_heads * d, m.hidden_size)
+                             + cost.gemm_s(rows, m.hidden_size, 2 * m.ffn_size)
+                             + cost.gemm_s(rows, m.ffn_size, m.hidden_size))
             flops = 4.0 * rows * m.n_qo_heads * d * kept
             n_bytes = b * m.n_kv_heads * kept * 2 * d * dt + 2 * rows * m.n_qo_heads * d * dt
-            attention += float(cost.kernel_s(flops, n_bytes, 1))
-        parts["prefill_recompute_linear"] = linear
-        parts["prefill_recompute_attention"] = attention
+            attention[layer] = float(cost.kernel_s(flops, n_bytes, 1))
+        compute = linear + attention
+        order = self.fetch_order(ctx)
+        if order == "sequential":
+            fetch_s = float(cost.copy_s(fetched, run_bytes, "h2d"))
+        else:
+            share = min(1.0, max(0.0, self.pipelined_fetch_share(n, seq)))
+            first_s = float(cost.copy_s(fetched * (1.0 - share), run_bytes, "h2d"))
+            layer_s = float(cost.copy_s(fetched * share / m.n_layers, run_bytes, "h2d"))
+            per_layer = np.full(m.n_layers, layer_s)
+            fetch_s = first_s + fetch_compute_s(order, per_layer, compute) - float(compute.sum())
+        parts = {"prefill_fetch": fetch_s}
+        one_doc = sum(cost.dense_prefill_s(max(1, int(round(n)))).values())  # the batch's, one document each
+        parts["prefill_documents"] = (1.0 - h) * k * one_doc
+        parts["prefill_recompute_linear"] = float(linear.sum())
+        parts["prefill_recompute_attention"] = float(attention.sum())
         parts["prefill_lm_head"] = cost.gemm_s(b, m.hidden_size, m.vocab_size)
         parts.update(self.selection_s(ctx, k, n))
         return parts

@@ -1,6 +1,7 @@
 """rag-no-recompute: the document caches joined as stored (runtime: freekv_runtime/policies/
 rag_no_recompute.py). Nothing recomputed but the query, every document token kept: the fetch of the
-whole caches and the query's prefill over them (sim/methods/multi_context.py)."""
+whole caches and the query's prefill over them (sim/methods/multi_context.py); as published the fetch
+precedes the prefill (sequential), "ideal" pipelines them layer by layer (sim/methods/layer_pipeline.py)."""
 
 from __future__ import annotations
 

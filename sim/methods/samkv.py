@@ -7,7 +7,14 @@ kept and recomputed, plus the cap of section 3.2's cross-document selection (tot
 blocks) kept - the most the dynamic top-p can keep; a trace gives what the selection really kept.
 Selection work at prefill (`prefill_select`): the query's incremental prefill over the anchors (its rows
 through every layer) and the block scoring (a mean key per block, one score per block and query head per
-layer), priced with the cost model."""
+layer), priced with the cost model.
+
+Order (the paper, sections 3.1-3.3; no public code): the anchors' KV first (the personalised queries are
+built from the initial and local KV, 3.1), then the selection (Eq. 3 pools the per-layer ratios over the
+stable layers, so no layer's middle blocks are known before the scoring of all of them), then the kept
+middle blocks, then the recompute layer by layer (3.3). As published: sequential (the paper describes no
+overlap). "ideal": the anchors still fetched before the selection, the kept middle blocks fetched layer by
+layer under the recompute (`pipelined_fetch_share`, sim/methods/layer_pipeline.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +48,13 @@ class SamKV(MultiContextModel):
         kept = k * anchors + middle * self.knobs.block_tokens  # the cap: total middle blocks / k documents
         seq = min(1.0, kept / (k * document_tokens))
         return seq, np.full(n_layers, anchors / document_tokens)
+
+    def pipelined_fetch_share(self, document_tokens: float, sequence_ratio: float) -> float:
+        kept = sequence_ratio * document_tokens
+        if kept <= 0:
+            return 0.0
+        anchors, _ = self._anchors(document_tokens)
+        return max(0.0, kept - anchors) / kept
 
     def fetch_run_tokens(self, document_tokens: float) -> float:
         return min(document_tokens, self.knobs.block_tokens)

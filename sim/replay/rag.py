@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import SimInputError
+from sim.key_values import split_key_values
 
 __all__ = ["RagRequest", "parse_rag"]
 
@@ -50,15 +51,9 @@ def _bad(text: str, why: str) -> SimInputError:
 
 def parse_rag(text: str) -> RagRequest:
     """'k=4,doc_tokens=2048,hit_rate=0.8' -> RagRequest; a SimInputError naming what is wrong."""
-    values: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in _KEYS:
-            raise _bad(text, f"{part!r} is not one of {', '.join(k + '=...' for k in _KEYS)}")
-        if key in values:
-            raise _bad(text, f"{key} is given twice")
-        values[key] = value.strip()
+    values = split_key_values(
+        text, lambda part: _bad(text, f"{part!r} is not one of {', '.join(k + '=...' for k in _KEYS)}"),
+        lambda key: _bad(text, f"{key} is given twice"), known=_KEYS)
     missing = [k for k in _KEYS[:3] if k not in values]
     if missing:
         raise _bad(text, f"{', '.join(missing)} missing")
