@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from freekv_runtime.policies._multi_context import Segments
-from freekv_runtime.stats import Estimate, estimate
+from freekv_runtime.stats import Estimate, bootstrap_mean, estimate
 from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.tasks.base import TaskSpec, sample_id
 from freekv_runtime.tasks.ruler_common import string_match_all, string_match_part
@@ -80,7 +80,8 @@ def run_rag(task: str, spec: TaskSpec, runner: Any, seed: int, samples: list[Rag
     score, top1, kl = rag_metrics(task)
     return {
         score: estimate(scores, seed, ids=ids, answers=preds),
-        top1: estimate([f[0] for f in fidelity], seed, ids=ids),
-        kl: estimate([f[1] for f in fidelity], seed, ids=ids),
+        # per-prompt shares and means, not 0/1 outcomes: a bootstrap even when every prompt agrees fully
+        top1: bootstrap_mean([f[0] for f in fidelity], seed, ids=ids),
+        kl: bootstrap_mean([f[1] for f in fidelity], seed, ids=ids),
     }
 

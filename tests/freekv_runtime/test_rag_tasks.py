@@ -88,3 +88,30 @@ def test_fidelity_scores() -> None:
     assert fidelity_scores(ref, ref) == (1.0, 0.0)
     top1, kl = fidelity_scores(ref, torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 2.0]]))
     assert top1 == 0.5 and kl > 0
+
+
+class _SameLogitsRunner:
+    """A runner whose method reproduces the joint prefill's logits exactly (what full recompute does)."""
+
+    model_key = "same-logits"
+
+    def __init__(self) -> None:
+        self.tokenizer = _tokenizer()
+
+    def multi_context_batch(self, prompts, segments, n_tokens, dense=False, forced=None):  # noqa: ANN001, ANN201
+        logits = torch.tensor([[3.0, 1.0, 0.0]] * (n_tokens - 1))
+        return [([1] * n_tokens, logits, logits) for _ in prompts]
+
+
+def test_fidelity_intervals_are_bootstraps_even_when_every_prompt_agrees() -> None:
+    """Top-1 agreement and KL are per-prompt shares and means: identical logits on every prompt give the
+    degenerate bootstrap [1, 1] and [0, 0], never a Wilson interval of a proportion of 0/1 outcomes."""
+    from freekv_runtime.tasks.rag_common import run_rag
+
+    spec = TaskSpec("rag_facts", context_tokens=1400, n_samples=3)
+    samples = _facts(0)
+    out = run_rag("rag_facts", spec, _SameLogitsRunner(), 0, samples, 4, "all")
+    top1, kl = out["rag_facts_top1"], out["rag_facts_kl"]
+    assert (top1.value, top1.low, top1.high) == (1.0, 1.0, 1.0) and top1.method == "bootstrap"
+    assert kl.value == pytest.approx(0.0, abs=1e-9) and kl.high == pytest.approx(0.0, abs=1e-9)
+    assert kl.method == "bootstrap"
