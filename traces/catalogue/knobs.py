@@ -61,6 +61,8 @@ class KnobSpec:
             text = "one of " + ", ".join(str(c) for c in self.choices)
         elif self.kind is bool:
             text = "true or false"
+        elif self.kind is str:
+            text = "a string"
         else:
             text = ("an odd integer" if self.odd else "an integer") if self.kind is int else "a number"
             text += self._range()
