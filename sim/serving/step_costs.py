@@ -151,9 +151,7 @@ class StepCosts:
     def prefill_s(self, input_tokens: int) -> float:
         """The method's prefill of one prompt of `input_tokens`, alone on the GPU, as one iteration (the
         engine's host time of one sequence included; a whole-step engine's own time)."""
-        if self.step_time is not None:
-            return self.step_time.prefill_s([input_tokens])
-        return self._model_prefill_s(input_tokens) + self.engine_s(1)
+        return self.prefill_batch_s([input_tokens])
 
     def prefill_batch_s(self, inputs: list[int]) -> float:
         """One prefill-only iteration of whole prompts of `inputs` tokens: a whole-step engine's measured
