@@ -12,25 +12,25 @@ value. The plans are read from the real SamKV policy (freekv_runtime/policies/sa
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
 from freekv_runtime.api import PolicyRunner
 from freekv_runtime.config import RuntimeConfig
 from freekv_runtime.policies import make_policy, samkv
-from freekv_runtime.tasks import TaskSpec, get_task
 from freekv_runtime.tasks.answer import answer_text
 from freekv_runtime.timing import OpTimer
 from freekv_runtime.weights import load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.rag_table import add_rag_facts_arguments, rag_facts_spec  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--documents", type=int, default=4)
-    ap.add_argument("--samples", type=int, default=12)
-    ap.add_argument("--context-tokens", type=int, default=2048)
-    ap.add_argument("--decode-tokens", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
+    add_rag_facts_arguments(ap, samples=12, context_tokens=2048, decode_tokens=8)
     args = ap.parse_args()
     seen: list[samkv.SamKVPlan] = []
     layer_plan = samkv.SamKVPlan.layer_plan
@@ -44,10 +44,7 @@ def main() -> None:
     samkv.SamKVPlan.layer_plan = recording  # type: ignore[method-assign]
     device = torch.device("cpu")
     loaded = load_model("smollm2-135m", None, device, torch.float32)
-    spec = TaskSpec("rag_facts", args.context_tokens, args.samples, args.decode_tokens,
-                    {"documents": args.documents})
-    task = get_task("rag_facts")
-    task.check(spec)
+    spec, task = rag_facts_spec(args)
     runner = PolicyRunner(loaded, make_policy(RuntimeConfig(method="samkv", knobs={})), None,
                           OpTimer(device), batch_size=1)
     tok = loaded.tokenizer

@@ -25,6 +25,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,13 +102,29 @@ def _table(rows: list[dict], spec: TaskSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=24)
-    ap.add_argument("--context-tokens", type=int, default=1024)
-    ap.add_argument("--decode-tokens", type=int, default=10)
+def add_rag_facts_arguments(ap: argparse.ArgumentParser, *, samples: int, context_tokens: int,
+                            decode_tokens: int) -> None:
+    """The rag_facts task flags (--samples, --context-tokens, --decode-tokens, --documents, --seed) with
+    these defaults: the scripts that take them build the same prompts from the same values."""
+    ap.add_argument("--samples", type=int, default=samples)
+    ap.add_argument("--context-tokens", type=int, default=context_tokens)
+    ap.add_argument("--decode-tokens", type=int, default=decode_tokens)
     ap.add_argument("--documents", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+
+
+def rag_facts_spec(args: argparse.Namespace) -> tuple[TaskSpec, Any]:
+    """The checked rag_facts spec of the flags of `add_rag_facts_arguments`, and the task."""
+    spec = TaskSpec("rag_facts", args.context_tokens, args.samples, args.decode_tokens,
+                    {"documents": args.documents})
+    task = get_task("rag_facts")
+    task.check(spec)
+    return spec, task
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_rag_facts_arguments(ap, samples=24, context_tokens=1024, decode_tokens=10)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path("runs/rag-table"))
     ap.add_argument("--only", default=None,
@@ -116,10 +133,7 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device("cpu")
     loaded = load_model("smollm2-135m", None, device, torch.float32)
-    spec = TaskSpec("rag_facts", args.context_tokens, args.samples, args.decode_tokens,
-                    {"documents": args.documents})
-    task = get_task("rag_facts")
-    task.check(spec)
+    spec, task = rag_facts_spec(args)
     rows: list[dict] = []
     per_prompt: dict[str, dict[str, np.ndarray]] = {}
     args.out.mkdir(parents=True, exist_ok=True)
