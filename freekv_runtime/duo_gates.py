@@ -52,15 +52,10 @@ def streaming_mask(n_tokens: int, sink: int, recent: int, device: torch.device |
     return (j <= i) & ((j < sink) | (j > i - recent))
 
 
-def _expand(kv: torch.Tensor, group: int) -> torch.Tensor:
-    """(b, Hkv, T, d) -> (b, Hkv * group, T, d): KV head h serves query heads h*group .. h*group+group-1."""
-    return kv.repeat_interleave(group, dim=1) if group > 1 else kv
-
-
 def full_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention of the whole prompt: q (b, Hq, T, d), k/v (b, Hkv, T, d) -> (b, Hq, T, d)."""
-    group = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(q, _expand(k, group), _expand(v, group), is_causal=True)
+    """Causal attention of the whole prompt: q (b, Hq, T, d), k/v (b, Hkv, T, d) -> (b, Hq, T, d); KV head h
+    serves query heads h*group .. h*group+group-1 (enable_gqa)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
 class ReferenceAttention:
@@ -95,12 +90,8 @@ class GatedAttention:
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         b, hq, t, d = q.shape
         group = hq // k.shape[1]
-        ke, ve = _expand(k, group), _expand(v, group)
-        if self.full is not None:
-            full = self.full.outputs[layer]  # (b, Hq, T, d)
-        else:
-            full = F.scaled_dot_product_attention(q, ke, ve, is_causal=True)
-        stream = F.scaled_dot_product_attention(q, ke, ve, attn_mask=self._mask(t, q.device))
+        full = self.full.outputs[layer] if self.full is not None else full_attention(layer, q, k, v)
+        stream = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(t, q.device), enable_gqa=True)
         a = self.alpha[layer].clamp(0, 1).repeat_interleave(group).to(q.dtype)[None, :, None, None]
         return a * full + (1 - a) * stream
 
