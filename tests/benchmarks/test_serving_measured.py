@@ -10,6 +10,7 @@ from benchmarks.serving_measured import CONFIGS, SLOS, load_runs
 from benchmarks.validate_serving_measured import (
     evaluate,
     find_intersection,
+    goodput,
     main,
     replay,
     step_costs,
@@ -49,6 +50,22 @@ def test_find_intersection_is_distserves() -> None:
     assert find_intersection([1, 2, 3, 4], [80, 95, 85, 40], 90)[0] == pytest.approx(1 + 10 / 15)
     # never crossed: the first rate, flagged
     assert find_intersection([1, 2, 3], [86, 70, 10], 90) == (1, False)
+
+
+def test_goodput_ratio_and_its_bound() -> None:
+    xs = [1.0, 2.0, 3.0]
+    g = goodput(xs, [80, 60, 20], xs, [90, 80, 40], 50)
+    assert g["measured"] == pytest.approx(2.25) and g["ours"] == pytest.approx(2 + 30 / 40)
+    assert g["ratio"] == pytest.approx(2.75 / 2.25) and not g["ours_beyond_measured"]
+    # ours crosses only on its extension past the measured rates
+    g = goodput(xs, [80, 60, 20], [*xs, 4.0], [90, 80, 70, 30], 50)
+    assert g["ours"] == pytest.approx(3.5) and g["ours_beyond_measured"]
+    # ours never crosses: the ratio is bounded below by the last rate tried
+    g = goodput(xs, [80, 60, 20], xs, [90, 80, 70], 50)
+    assert g["ratio"] is None and g["ratio_above"] == pytest.approx(3.0 / 2.25)
+    # the measured curve never crosses: no ratio at all
+    g = goodput(xs, [86, 70, 60], xs, [95, 92, 80], 90)
+    assert g["measured"] is None and g["ratio"] is None and g["ratio_above"] is None
 
 
 def test_slos_are_the_authors() -> None:
