@@ -32,12 +32,15 @@ Engines (`--engines`, sim/engine_profiles):
   iteration: independent of DistServe's data (held out);
 - `none`: the step model's kernels alone (held out);
 - `distserve-vllm-opt13b-a100`: DistServe's own per-iteration profile of this vLLM. NOT held out: its
-  coefficients are the authors' fit times fudge factors (prefill x1.4, decode x1.2) set in
-  simdistserve/estimators/time_estimator.py on 2024-04-24/25 (commits 8a653a7 "Add fundge overhead",
-  3cb7744), one and two days after these runs were committed with align_with_real.py, whose job is to
-  compare the simulator with exactly these runs, and folded into the JSON in 4c68ed9 "Realign the curve"
-  (2024-05-01; old vLLM prefill (15.75, 0.1004, 5.77e-6) x 1.4 = the profile's (22.05, 0.1405, 8.08e-6),
-  old decode x 1.2 = its decode).
+  coefficients are the authors' fit times fudge factors (prefill x1.4, decode x1.2, and +1 ms per
+  prefill) set in simdistserve/estimators/time_estimator.py on 2024-04-24/25 (commits 8a653a7 "Add
+  fundge overhead", 3cb7744), one and two days after these runs were committed with align_with_real.py,
+  whose job is to compare the simulator with exactly these runs, and folded into the JSON in 4c68ed9
+  "Realign the curve" (2024-05-01; old vLLM prefill (15.75, 0.1004, 5.77e-6) x 1.4 = the profile's
+  (22.05, 0.1405, 8.08e-6), old decode x 1.2 = its decode);
+- benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml, a diagnostic: the same profile as of
+  the runs' commit, before those factors (the forward-pass fit plus the simulator's Ray overhead); it
+  shows what the factors fitted after the runs contribute.
 Simulated on CPU, never on a GPU; nothing of the simulator was set from these runs.
 """
 
@@ -58,10 +61,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.serving_measured import CONFIGS, GPU, MODEL, SLOS, MeasuredRun, load_runs  # noqa: E402
 from benchmarks.validate_serving import TARGET, runner  # noqa: E402
 
-ENGINES = ("sarathi-serve-a100", "none", "distserve-vllm-opt13b-a100")
-NOT_HELD_OUT = {
+FORWARD_ENGINE = (Path(__file__).resolve().parent / "data" / "engines"
+                  / "distserve-vllm-opt13b-a100-forward.yaml")
+ENGINES = ("sarathi-serve-a100", "none", "distserve-vllm-opt13b-a100", str(FORWARD_ENGINE))
+HELD_OUT = {  # engine profile name -> whether it is independent of these runs (module docstring)
+    "sarathi-serve-a100": "held out",
+    "none": "held out",
     "distserve-vllm-opt13b-a100": "NOT held out: DistServe re-fitted it (fudge factors 8a653a7/3cb7744, "
     "folded in by 4c68ed9) after these runs, with align_with_real.py comparing against them",
+    "distserve-vllm-opt13b-a100-forward": "diagnostic: DistServe's forward-pass fit as of the runs' commit "
+    "(20a1633), before its alignment; committed a day before the runs (3261c76), which carry no wall date",
 }
 ATTAINMENT_PCT = (90.0, 50.0)
 LONG_OUTPUT_TOKENS = 20
@@ -195,8 +204,12 @@ def curve(runs: list[MeasuredRun], per_run: dict[str, dict[str, Any]], levels: t
 def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
              levels: tuple[float, ...] = ATTAINMENT_PCT, with_diagnosis: bool = False) -> dict[str, Any]:
     """Every run of `runs` on `engine`: per run measured and ours, per config the curve (module docstring)."""
-    out: dict[str, Any] = {"engine": engine, "implementation": implementation,
-                           "held_out": NOT_HELD_OUT.get(engine, "held out"), "runs": {}, "configs": {}}
+    from sim.serving.engine import load_engine
+
+    name = load_engine(engine).name
+    out: dict[str, Any] = {"engine": name, "implementation": implementation,
+                           "held_out": HELD_OUT.get(name, "not one of this check's engines"), "runs": {},
+                           "configs": {}}
     for config in sorted({r.config for r in runs}):
         mine = [r for r in runs if r.config == config]
         needs = CONFIGS[config].needs
@@ -294,8 +307,9 @@ def _levels(text: str) -> tuple[float, ...] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", default=",".join(ENGINES),
-                        help=f"comma-separated engine profiles (sim/engine_profiles) or none "
-                        f"[{','.join(ENGINES)}]")
+                        help="comma-separated engine profiles (sim/engine_profiles names, none, YAML paths) "
+                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100 and the diagnostic "
+                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml]")
     parser.add_argument("--runs", default="", help="comma-separated run keys, e.g. vllm-300-3 [all]")
     parser.add_argument("--implementation", choices=("ideal", "as-published"), default="ideal")
     default_levels = ",".join(f"{x:g}" for x in ATTAINMENT_PCT)
