@@ -201,6 +201,21 @@ def curve(runs: list[MeasuredRun], per_run: dict[str, dict[str, Any]], levels: t
     return out
 
 
+def measured_curve(runs: list[MeasuredRun], per_run: dict[str, dict[str, Any]],
+                   levels: tuple[float, ...]) -> dict[str, Any]:
+    """The measured goodputs alone, of a config not replayed here."""
+    on = sorted((r for r in runs if r.on_curve), key=lambda r: r.rate)
+    xs = [r.rate for r in on]
+    out: dict[str, Any] = {"rates": xs, "measured_only": True}
+    for slo in SLOS:
+        meas = [100 * per_run[r.key]["measured"][f"attainment_{slo.name}"] for r in on]
+        found = [find_intersection(xs, meas, level) for level in levels]
+        out[slo.name] = {"measured_attainment_pct": meas,
+                         "goodput": [{"level_pct": level, "measured": g if ok else None}
+                                     for level, (g, ok) in zip(levels, found, strict=True)]}
+    return out
+
+
 def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
              levels: tuple[float, ...] = ATTAINMENT_PCT, with_diagnosis: bool = False) -> dict[str, Any]:
     """Every run of `runs` on `engine`: per run measured and ours, per config the curve (module docstring)."""
@@ -218,6 +233,7 @@ def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
                 why = f"needs {needs[0]}"
                 out["runs"][r.key] = {"config": config, "rate": r.rate, "n": r.n, "status": why,
                                       "measured": summary(r.ttft_ms, r.tpot_ms)}
+            out["configs"][config] = measured_curve(mine, out["runs"], levels)
             continue
         costs = step_costs(config, mine, engine, implementation)
         for r in mine:
@@ -287,6 +303,15 @@ def print_engine(res: dict[str, Any]) -> None:
                   f"{ob:.3f} x; TTFT min measured/ours {_pair(*d['ttft_min_ms'], 0)}; TPOT p10 of outputs > "
                   f"{LONG_OUTPUT_TOKENS} tokens measured/ours {_pair(*d['tpot_p10_long_ms'], 0, 1)} ms")
     for config, c in res["configs"].items():
+        if c.get("measured_only"):
+            gpus = "" if config != "c21d11" else " (fleet of 3 GPUs)"
+            for slo in SLOS:
+                texts = [("not crossed" if g["measured"] is None else f"{g['measured']:.2f}", g["level_pct"])
+                         for g in c[slo.name]["goodput"]]
+                found = ", ".join(f"at {level:g}% {text}" for text, level in texts)
+                print(f"  {config}, measured only{gpus}, {slo.name} SLO, goodput over rates {c['rates']}: "
+                      f"{found}")
+            continue
         print(f"  {config}, goodput over rates {c['rates']} (ours extended to {c['extended_rates']}):")
         for slo in SLOS:
             s = c[slo.name]
