@@ -86,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         assert m is not None
         return (m["prefix"], float(m["rate"]), int(m["n"]))
 
-    rows = [row for p in sorted(kept, key=order) for row in rows_of(p)]
+    try:
+        rows = [row for p in sorted(kept, key=order) for row in rows_of(p)]
+    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+        print(f"error: EXP_DIR {args.exp_dir}: a file is not a DistServe .exp result (first line: a Python "
+              f"list of request dicts with prompt_len, output_len, issue_time, ttft_ms, tpot_ms): {exc}",
+              file=sys.stderr)
+        return 2
     for backend in sorted({str(r["backend"]) for r in rows}):
         out = args.out_dir / f"{CSV_STEM}_{backend}.csv"
         mine = [r for r in rows if r["backend"] == backend]

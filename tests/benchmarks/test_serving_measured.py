@@ -114,3 +114,25 @@ def test_the_script_prints_and_refuses_bad_input(capsys) -> None:
     assert main(["--engines", "no-such-engine"]) == 2
     err = capsys.readouterr().err
     assert "--runs" in err and "--attainment" in err and "--engines" in err
+
+
+def test_the_extraction_keeps_the_runs_and_refuses_other_files(tmp_path, capsys) -> None:
+    from scripts.extract_distserve_measured import main as extract
+
+    reqs = [{"prompt_len": 10, "output_len": 2, "issue_time": 105.5, "first_token_time": 105.6,
+             "complete_time": 105.7, "ttft_ms": 100.0, "tpot_ms": 100.0, "latency_ms": 200.0},
+            {"prompt_len": 20, "output_len": 1, "issue_time": 105.0, "first_token_time": 105.1,
+             "complete_time": 105.1, "ttft_ms": 100.0, "tpot_ms": 0.0, "latency_ms": 100.0}]
+    (tmp_path / "vllm-2-1.exp").write_text(str(reqs) + "\n{ summary }\n")
+    (tmp_path / "distserve-c21d12-2-1.exp").write_text(str(reqs) + "\n")  # not kept
+    out = tmp_path / "out"
+    out.mkdir()
+    assert extract([str(tmp_path), "--out-dir", str(out)]) == 0
+    assert [p.name for p in out.iterdir()] == ["distserve_opt13b_sharegpt_measured_vllm.csv"]
+    runs = load_runs((out / "distserve_opt13b_sharegpt_measured_vllm.csv",))
+    assert len(runs) == 1 and runs[0].key == "vllm-2-1"
+    assert list(runs[0].prompt_len) == [20, 10] and list(runs[0].issue_time_s) == [0.0, 0.5]
+    (tmp_path / "vllm-3-1.exp").write_text("not a list\n")
+    assert extract([str(tmp_path), "--out-dir", str(out)]) == 2
+    assert extract([str(tmp_path / "missing")]) == 2
+    assert "EXP_DIR" in capsys.readouterr().err
