@@ -23,7 +23,8 @@ the version that writes this file format):
 - Times are the client's (time.perf_counter around a streaming HTTP request, backends.py:25-57): TTFT =
   first streamed chunk - issue, so it includes HTTP, tokenisation and the engine's queueing; TPOT =
   (complete - first chunk) / (output_len - 1), 0 for a single output token (structs.py `ReqResult.
-  from_http_request_result`, lines 51-69). vLLM's runs have no request of one output token.
+  from_http_request_result`, lines 51-69; DistServe's simulator divides by output_len instead,
+  simdistserve/base/organize_data.py:126-130). vLLM's runs have no request of one output token.
 - No warm-up request: runs of one invocation follow each other on the same server with a 5 s pause
   (2-benchmark-serving.py:205); by the clocks in the files, vllm-100-1 opened its invocation.
 
