@@ -1,0 +1,219 @@
+"""Fit a serving engine's overheads to one measured low-load run: a per-iteration `server` term and a
+per-request overhead, added to a base engine profile (sim/serving/engine.py).
+
+The form, fixed before any fit (what a real server adds outside the model's forward pass):
+- `server`: host time every iteration pays, linear in the iteration's sequence count n, a + b n ms (a, b
+  >= 0), written as points at 1 and `REFERENCE_SEQUENCES` sequences (extended linearly past both): a
+  synchronous engine's per-step Python work (scheduling, sampling, detokenising, streaming each sequence's
+  token) grows with the sequences it handles;
+- `request_overhead`: r ms (>= 0) between a request's issue and its arrival in the engine's queue (API
+  server, HTTP, tokenisation), which adds to its TTFT and occupies no GPU.
+
+The fit replays the run (its exact prompt and output lengths and issue times) through sim.serving with
+the candidate profile on the run's scheduler and settings and minimises, over requests, the robust
+(soft-L1) sum of squared log-ratios ours/measured of each request's TTFT and of its TPOT (requests of more
+than one output token), with scipy.optimize.least_squares (trust-region reflective, bounds >= 0). Log
+ratios weigh a short prompt's TTFT as much as a long one's; soft-L1 keeps a few outliers (a network
+hiccup, a request that waited behind a long prefill) from pulling the fit.
+
+Read the overheads off a LOW-load run: there a request's TTFT is its own prefill plus the overheads and its
+TPOT the decode steps of a small batch, so each parameter shows in the data; near saturation TTFT is
+queueing, which depends on every iteration's cost at once, and the fit would trade one parameter against
+another to match a queue. `saturation_warnings` says when a run looks loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from sim.errors import SimInputError
+from sim.serving.engine import EngineProfile, EngineTerm
+from sim.serving.fleet import simulate
+from sim.serving.measured_run import MeasuredRun
+from sim.serving.schedulers import SchedulerSettings, check_scheduler
+from sim.serving.step_costs import StepCosts
+
+__all__ = ["EngineFit", "fit_engine", "replay", "saturation_warnings", "REFERENCE_SEQUENCES", "SERVER_TERM"]
+
+SERVER_TERM = "server"
+REFERENCE_SEQUENCES = 64  # the second point of the fitted linear term (any count > 1 writes the same line)
+UPPER = (1000.0, 100.0, 60000.0)  # bounds of a (ms), b (ms per sequence), r (ms): far above any server
+LOG_SCALE = 0.1  # soft-L1 scale of a log ratio: ~10% off counts quadratically, more linearly
+SATURATED_P90_OVER_MEDIAN = 3.0
+SATURATED_QUEUE_SHARE = 0.5
+PROMPT_BUCKETS = ((0, 256), (256, 1024), (1024, None))
+_SCHEDULERS = ("blocking", "prefill-first", "chunked")
+
+
+def _with_engine(costs: StepCosts, profile: EngineProfile) -> StepCosts:
+    """`costs` pricing with `profile`'s host time: a shallow copy sharing its step-model caches, which do
+    not depend on the engine's host time (it is added on top: sim/serving/step_costs.py)."""
+    out = copy.copy(costs)
+    out.engine_profile = profile
+    return out
+
+
+def replay(run: MeasuredRun, costs: StepCosts, profile: EngineProfile, scheduler: str,
+           settings: SchedulerSettings) -> dict[str, np.ndarray]:
+    """Ours per request (ms): TTFT, TPOT as the client measures it (0 for one output token, NaN if not
+    finished) and queueing (issue to prefill start, the request overhead excluded)."""
+    res = simulate(run.requests(), _with_engine(costs, profile), scheduler, settings=settings)
+    tpot = np.where(run.output_len > 1, res.tpot_s * 1e3, 0.0)
+    return {"ttft_ms": res.ttft_s * 1e3, "tpot_ms": tpot,
+            "queue_ms": res.prefill_queue_s * 1e3 - profile.request_overhead_ms}
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    """The fitted profile and how well it and the base reproduce the run."""
+
+    profile: EngineProfile
+    server_fixed_ms: float
+    server_per_sequence_ms: float
+    request_overhead_ms: float
+    run: str
+    n_requests: int
+    evaluations: int
+    base: dict[str, Any] = field(default_factory=dict)  # residual statistics on the base profile
+    fitted: dict[str, Any] = field(default_factory=dict)  # on the fitted one
+    warnings: tuple[str, ...] = ()
+
+    def to_yaml(self, header: str = "") -> str:
+        """The profile as an engine-profile YAML file (sim/serving/engine.py's format)."""
+        p = self.profile
+        terms = {}
+        for t in p.terms:
+            entry: dict[str, Any] = {"points_ms": [[int(s), round(float(m), 6)] for s, m in zip(
+                t.sequences, t.ms, strict=True)], "source": t.source}
+            if t.range != (1.0, 1.0):
+                entry["range"] = [float(x) for x in t.range]
+            terms[t.name] = entry
+        doc: dict[str, Any] = {"name": p.name, "description": p.description, "terms": terms,
+                               "request_overhead": {"ms": round(p.request_overhead_ms, 6),
+                                                    "source": p.request_overhead_source}}
+        body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=110, allow_unicode=True)
+        lines = "".join(f"# {line}\n".replace("# \n", "#\n") for line in header.splitlines())
+        return lines + body
+
+
+def _log_ratio(ours: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """log(ours / measured), a request never served counted as 1000x over."""
+    ours = np.nan_to_num(np.asarray(ours, dtype=float), nan=1e3 * measured, posinf=1e3 * measured)
+    return np.log(np.clip(ours, 1e-3, None) / measured)
+
+
+def _masks(run: MeasuredRun) -> tuple[np.ndarray, np.ndarray]:
+    """Requests whose TTFT, and whose TPOT, enter the fit (measured > 0; TPOT: more than one output)."""
+    return run.ttft_ms > 0, (run.output_len > 1) & (run.tpot_ms > 0)
+
+
+def statistics(run: MeasuredRun, ours: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Residuals of one replay: median and P90 of ours/measured TTFT and TPOT, their median |log ratio|,
+    TTFT median ratio per prompt-length bucket, and P50/P90 of each side."""
+    ttft_ok, tpot_ok = _masks(run)
+    rt = np.exp(_log_ratio(ours["ttft_ms"][ttft_ok], run.ttft_ms[ttft_ok]))
+    rp = np.exp(_log_ratio(ours["tpot_ms"][tpot_ok], run.tpot_ms[tpot_ok]))
+    out: dict[str, Any] = {
+        "ttft_ratio_median": float(np.median(rt)), "ttft_ratio_p10": float(np.percentile(rt, 10)),
+        "ttft_ratio_p90": float(np.percentile(rt, 90)),
+        "ttft_abs_log_ratio_median": float(np.median(np.abs(np.log(rt)))),
+        "tpot_ratio_median": float(np.median(rp)) if len(rp) else None,
+        "tpot_ratio_p10": float(np.percentile(rp, 10)) if len(rp) else None,
+        "tpot_ratio_p90": float(np.percentile(rp, 90)) if len(rp) else None,
+        "tpot_abs_log_ratio_median": float(np.median(np.abs(np.log(rp)))) if len(rp) else None,
+        "ttft_p50_ms": (float(np.median(run.ttft_ms)), float(np.nanmedian(ours["ttft_ms"]))),
+        "ttft_p90_ms": (float(np.percentile(run.ttft_ms, 90)), float(np.nanpercentile(ours["ttft_ms"], 90))),
+        "tpot_p50_ms": (float(np.median(run.tpot_ms[tpot_ok])) if tpot_ok.any() else None,
+                        float(np.nanmedian(ours["tpot_ms"][tpot_ok])) if tpot_ok.any() else None),
+    }
+    prompts = run.prompt_len[ttft_ok]
+    for lo, hi in PROMPT_BUCKETS:
+        sel = (prompts >= lo) & (prompts < (hi if hi is not None else np.inf))
+        key = f"ttft_ratio_median_prompt_{lo}_{hi if hi is not None else 'up'}"
+        out[key] = float(np.median(rt[sel])) if sel.any() else None
+    return out
+
+
+def saturation_warnings(run: MeasuredRun, ours: dict[str, np.ndarray]) -> list[str]:
+    """Why `run` may not be a low-load run (module docstring): its P90 TTFT over 3x its median, or, on the
+    fitted profile, queueing more than half of the TTFT summed over requests."""
+    out = []
+    p50, p90 = float(np.median(run.ttft_ms)), float(np.percentile(run.ttft_ms, 90))
+    if p90 > SATURATED_P90_OVER_MEDIAN * p50:
+        out.append(f"run {run.name}: measured P90 TTFT {p90:.0f} ms is {p90 / p50:.1f}x its median "
+                   f"({p50:.0f} ms; over {SATURATED_P90_OVER_MEDIAN:g}x): requests queue, the run looks "
+                   "loaded")
+    ttft, queue = np.nansum(ours["ttft_ms"]), np.nansum(np.clip(ours["queue_ms"], 0, None))
+    if ttft > 0 and queue / ttft > SATURATED_QUEUE_SHARE:
+        out.append(f"run {run.name}: on the fitted profile queueing is {100 * queue / ttft:.0f}% of the TTFT "
+                   f"summed over requests (over {100 * SATURATED_QUEUE_SHARE:.0f}%): queueing dominates")
+    return [f"{w}; fit overheads on a low-load run (TTFT mostly the request's own prefill)" for w in out]
+
+
+def _candidate(base: EngineProfile, name: str, description: str, source: str,
+               x: np.ndarray) -> EngineProfile:
+    a, b, r = (float(v) for v in x)
+    n = REFERENCE_SEQUENCES
+    server = EngineTerm(SERVER_TERM, (1, n), (a + b, a + b * n),
+                        f"{source}: {a:.3f} ms + {b:.4f} ms per sequence per iteration")
+    return EngineProfile(name, description, (*base.terms, server), "", None, r, f"{source}: {r:.2f} ms")
+
+
+def check_base(base: EngineProfile) -> None:
+    """A base the fit can extend: host time per iteration (not whole steps), no term named `server`."""
+    if base.step_time is not None:
+        raise SimInputError(
+            f"--base-engine {base.name}: a whole-step profile replaces the step model's iterations; the fit "
+            "adds host time to the step model: give none or a host-time profile (e.g. sarathi-serve-a100)")
+    if any(t.name == SERVER_TERM for t in base.terms):
+        raise SimInputError(f"--base-engine {base.name}: already has a {SERVER_TERM!r} term (a fitted "
+                            "profile?); fit on a profile without one")
+
+
+def fit_engine(run: MeasuredRun, costs: StepCosts, base: EngineProfile, scheduler: str = "prefill-first",
+               settings: SchedulerSettings | None = None, name: str = "fitted", source: str = "fitted",
+               description: str | None = None) -> EngineFit:
+    """Fit `server` (a + b n ms per iteration) and `request_overhead` (r ms) on top of `base` to `run` on
+    `costs` (its model, GPU and method; module docstring). `source` names the file and run for the
+    profile's provenance."""
+    check_base(base)
+    check_scheduler(scheduler)
+    if scheduler not in _SCHEDULERS:
+        raise SimInputError(
+            f"--scheduler {scheduler}: the fit replays one GPU; valid: {', '.join(_SCHEDULERS)}")
+    settings = settings or SchedulerSettings()
+    ttft_ok, tpot_ok = _masks(run)
+    if ttft_ok.sum() < 3 or tpot_ok.sum() < 3:
+        raise SimInputError(f"run {run.name}: {int(ttft_ok.sum())} requests with a TTFT > 0 and "
+                            f"{int(tpot_ok.sum())} with a TPOT > 0 (more than one output token); the fit "
+                            "needs at least 3 of each")
+    desc = description or (f"{base.description}; plus a per-iteration server term and a per-request "
+                           f"overhead {source}")
+    evaluations = 0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal evaluations
+        evaluations += 1
+        ours = replay(run, costs, _candidate(base, name, desc, source, x), scheduler, settings)
+        return np.concatenate([_log_ratio(ours["ttft_ms"][ttft_ok], run.ttft_ms[ttft_ok]),
+                               _log_ratio(ours["tpot_ms"][tpot_ok], run.tpot_ms[tpot_ok])])
+
+    at_base = replay(run, costs, base, scheduler, settings)
+    # start from the median gaps on the base: TPOT's per step, TTFT's per request (both >= a small floor)
+    a0 = max(0.1, float(np.nanmedian(run.tpot_ms[tpot_ok] - at_base["tpot_ms"][tpot_ok])))
+    r0 = max(0.1, float(np.nanmedian(run.ttft_ms[ttft_ok] - at_base["ttft_ms"][ttft_ok])) - a0)
+    x0 = np.minimum(np.array([a0, 0.01, r0]), np.array(UPPER) * 0.99)
+    sol = least_squares(residuals, x0, bounds=(np.zeros(3), np.array(UPPER)), loss="soft_l1",
+                        f_scale=LOG_SCALE, diff_step=0.02, x_scale=np.array([1.0, 0.1, 10.0]), max_nfev=200)
+    profile = _candidate(base, name, desc, source, sol.x)
+    at_fit = replay(run, costs, profile, scheduler, settings)
+    a, b, r = (float(v) for v in sol.x)
+    return EngineFit(profile, a, b, r, run.name, len(run.prompt_len), evaluations,
+                     statistics(run, at_base), statistics(run, at_fit),
+                     tuple(saturation_warnings(run, at_fit)))
