@@ -146,19 +146,30 @@ def statistics(run: MeasuredRun, ours: dict[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
-def saturation_warnings(run: MeasuredRun, ours: dict[str, np.ndarray]) -> list[str]:
-    """Why `run` may not be a low-load run (module docstring): its P90 TTFT over 3x its median, or, on the
-    fitted profile, queueing more than half of the TTFT summed over requests."""
+def saturation_warnings(run: MeasuredRun, ours: dict[str, np.ndarray], costs: StepCosts,
+                        profile: EngineProfile) -> list[str]:
+    """Why `run` may not be a low-load run (module docstring): its measured P90 TTFT over 3x its median, or,
+    replayed on `profile`, waiting (TTFT less the request's own prefill alone and its request overhead:
+    queueing and prefilling behind other prompts) more than half of the TTFT summed over requests."""
     out = []
     p50, p90 = float(np.median(run.ttft_ms)), float(np.percentile(run.ttft_ms, 90))
     if p90 > SATURATED_P90_OVER_MEDIAN * p50:
         out.append(f"run {run.name}: measured P90 TTFT {p90:.0f} ms is {p90 / p50:.1f}x its median "
                    f"({p50:.0f} ms; over {SATURATED_P90_OVER_MEDIAN:g}x): requests queue, the run looks "
                    "loaded")
-    ttft, queue = np.nansum(ours["ttft_ms"]), np.nansum(np.clip(ours["queue_ms"], 0, None))
-    if ttft > 0 and queue / ttft > SATURATED_QUEUE_SHARE:
-        out.append(f"run {run.name}: on the fitted profile queueing is {100 * queue / ttft:.0f}% of the TTFT "
-                   f"summed over requests (over {100 * SATURATED_QUEUE_SHARE:.0f}%): queueing dominates")
+    priced = _with_engine(costs, profile)
+    alone_ms = np.array([priced.prefill_s(int(p)) * 1e3 for p in run.prompt_len])
+    ttft = np.asarray(ours["ttft_ms"], dtype=float)
+    served = np.isfinite(ttft)
+    if not served.all():
+        out.append(f"run {run.name}: replayed on the fitted profile, {int((~served).sum())} requests are "
+                   "never served")
+    wait = np.clip(ttft - alone_ms - profile.request_overhead_ms, 0, None)[served]
+    share = float(wait.sum() / ttft[served].sum()) if served.any() else 1.0
+    if share > SATURATED_QUEUE_SHARE:
+        out.append(f"run {run.name}: replayed on the fitted profile, waiting behind other requests is "
+                   f"{100 * share:.0f}% of the TTFT summed over requests (over "
+                   f"{100 * SATURATED_QUEUE_SHARE:.0f}%): queueing dominates")
     return [f"{w}; fit overheads on a low-load run (TTFT mostly the request's own prefill)" for w in out]
 
 
@@ -224,4 +235,4 @@ def fit_engine(run: MeasuredRun, costs: StepCosts, base: EngineProfile, schedule
     a, b, r = (float(v) for v in best)
     return EngineFit(profile, a, b, r, run.name, len(run.prompt_len), evaluations,
                      statistics(run, at_base), statistics(run, at_fit),
-                     tuple(saturation_warnings(run, at_fit)))
+                     tuple(saturation_warnings(run, at_fit, costs, profile)))
