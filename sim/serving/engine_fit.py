@@ -103,9 +103,23 @@ class EngineFit:
         doc: dict[str, Any] = {"name": p.name, "description": p.description, "terms": terms,
                                "request_overhead": {"ms": round(p.request_overhead_ms, 6),
                                                     "source": p.request_overhead_source}}
-        body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=110, allow_unicode=True)
+        body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
         lines = "".join(f"# {line}\n".replace("# \n", "#\n") for line in header.splitlines())
         return lines + body
+
+
+class _Dumper(yaml.SafeDumper):
+    """Mappings in block style, lists of numbers (and lists of such lists) in flow style: points_ms on
+    one line, as the shipped profiles write them."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flat = all(not isinstance(x, dict | list) or (isinstance(x, list) and not any(
+        isinstance(y, dict | list) for y in x)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat)
+
+
+_Dumper.add_representer(list, _represent_list)
 
 
 def _log_ratio(ours: np.ndarray, measured: np.ndarray) -> np.ndarray:
