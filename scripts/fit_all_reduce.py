@@ -28,6 +28,15 @@ INTERCONNECTS = {
     "h100_dgx": ("H100 SXM in a DGX H100 (NVSwitch)", ["h100-sxm"]),
 }
 MIN_BYTES = 1 << 16
+HEADER = """\
+# NCCL all-reduce times Vidur measured (microsoft/vidur data/profiling/network/*/all_reduce.csv at
+# commit 7d47513), fitted by scripts/fit_all_reduce.py (its docstring: octave medians of the
+# single-node rows of at least 64 KiB, time = latency + bytes / bandwidth, least squares on relative
+# error). `size` is in bytes: Vidur's predictor reads it so (sklearn_execution_time_predictor.py:
+# 220-228, 'each token is of size 2 * h bytes'), and only bytes keep the bandwidths under the links'
+# per-direction peaks (A100 NVLink 300 GB/s, H100 900/2 GB/s). fit_error: the fit's relative error
+# over the points, lowest and highest. points: [bytes, median ms] per octave, as measured.
+"""
 
 
 def fit(path: Path) -> dict[int, dict]:
@@ -58,13 +67,7 @@ def fit(path: Path) -> dict[int, dict]:
 
 
 def main(vidur: str) -> None:
-    print("# NCCL all-reduce times Vidur measured (microsoft/vidur data/profiling/network/*/all_reduce.csv at")
-    print("# commit 7d47513), fitted by scripts/fit_all_reduce.py (its docstring: octave medians of the")
-    print("# single-node rows of at least 64 KiB, time = latency + bytes / bandwidth, least squares on relative")
-    print("# error). `size` is in bytes: Vidur's predictor reads it so (sklearn_execution_time_predictor.py:")
-    print("# 220-228, 'each token is of size 2 * h bytes'), and only bytes keep the bandwidths under the links'")
-    print("# per-direction peaks (A100 NVLink 300 GB/s, H100 900/2 GB/s). fit_error: the fit's relative error")
-    print("# over the points, lowest and highest. points: [bytes, median ms] per octave, as measured.")
+    print(HEADER.rstrip())
     print("interconnects:")
     for name, (what, hardware) in INTERCONNECTS.items():
         fits = fit(Path(vidur) / "data/profiling/network" / name / "all_reduce.csv")

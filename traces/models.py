@@ -184,9 +184,10 @@ MODELS: dict[str, ModelSpec] = {
             n_layers=60, hidden_size=7168, n_qo_heads=56, n_kv_heads=8, head_dim=128, ffn_size=20480,
             vocab_size=64000, rope_theta=5000000.0, max_position_tokens=4096, tied_embeddings=False,
             qkv_bias=False,
-            source="config.json of 01-ai/Yi-34B (LlamaForCausalLM layout), read here from copies that name it "
-            "as their source (huggingface.co/Locutusque/Hyperion-3.0-Yi-34B config.json, _name_or_path "
-            "'01-ai/Yi-34B'; GreenBitAI/yi-34b-w4a16g32 config.json from a snapshot of models--01-ai--Yi-34B): "
+            source="config.json of 01-ai/Yi-34B (LlamaForCausalLM layout), read here from copies that name "
+            "it as their source (huggingface.co/Locutusque/Hyperion-3.0-Yi-34B config.json, _name_or_path "
+            "'01-ai/Yi-34B'; GreenBitAI/yi-34b-w4a16g32 config.json from a snapshot of "
+            "models--01-ai--Yi-34B): "
             "num_hidden_layers 60, hidden_size 7168, num_attention_heads 56 (head dim 7168 / 56 = 128), "
             "num_key_value_heads 8, intermediate_size 20480, vocab_size 64000, max_position_embeddings 4096, "
             "rope_theta 5e6, untied embeddings, no attention bias (Sarathi-Serve's Yi-34B: "

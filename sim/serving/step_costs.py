@@ -88,8 +88,8 @@ class StepCosts:
             self.step_time.check(self.engine_profile.name, cfg.model, cfg.hardware, cfg.method)
             if tensor_parallel != 1:
                 raise SimInputError(
-                    f"{tensor_parallel_flag} {tensor_parallel}: --engine {self.engine_profile.name} prices whole "
-                    "steps measured at tensor parallel 1 only; use an engine profile of host time per "
+                    f"{tensor_parallel_flag} {tensor_parallel}: --engine {self.engine_profile.name} prices "
+                    "whole steps measured at tensor parallel 1 only; use an engine profile of host time per "
                     "iteration (e.g. sarathi-serve-a100) or none with tensor parallelism"
                 )
         self.model = get_model(cfg.model)  # the whole model; cfg below names one GPU's shard of it
@@ -158,7 +158,8 @@ class StepCosts:
         the engine's host time included; a whole-step engine's own time)."""
         if self.step_time is not None:
             return self.step_time.decode_s(batch, mean_context)
-        return self._model_decode_s(batch, mean_context) + self.tp.collectives_s(batch, batch) + self.engine_s(batch)
+        comm = self.tp.collectives_s(batch, batch)
+        return self._model_decode_s(batch, mean_context) + comm + self.engine_s(batch)
 
     def _model_decode_s(self, batch: int, mean_context: float) -> float:
         """The step model's decode step alone (no engine host time)."""

@@ -95,7 +95,9 @@ def interconnects() -> dict[str, Interconnect]:
             )
             for n, w in entry["workers"].items()
         }
-        out[name] = Interconnect(name, str(entry["what"]), tuple(entry["hardware"]), str(entry["source"]), workers)
+        out[name] = Interconnect(
+            name, str(entry["what"]), tuple(entry["hardware"]), str(entry["source"]), workers
+        )
     return out
 
 
@@ -174,8 +176,8 @@ class TensorParallel:
             measured = ", ".join(f"{h} ({ic.name}: {', '.join(map(str, sorted(ic.workers)))} GPUs)"
                                  for ic in interconnects().values() for h in ic.hardware)
             raise SimInputError(
-                f"{flag} {degree}: no all-reduce measurement covers the GPUs of hardware profile {hardware!r}, "
-                f"so its collectives cannot be priced; measured: {measured} "
+                f"{flag} {degree}: no all-reduce measurement covers the GPUs of hardware profile "
+                f"{hardware!r}, so its collectives cannot be priced; measured: {measured} "
                 f"({INTERCONNECT_FILE.name}). Use {flag} 1 or one of those profiles"
             )
         if degree not in ic.workers:
@@ -206,10 +208,11 @@ class TensorParallel:
     def label(self) -> str:
         if self.degree == 1:
             return "tensor parallel 1 (one GPU per replica)"
-        assert self.fit is not None and self.interconnect is not None
+        fit, ic = self.fit, self.interconnect
+        assert fit is not None and ic is not None
+        lo, hi = fit.fit_error
         return (
-            f"tensor parallel {self.degree} ({self.degree} GPUs per replica, {self.interconnect.name}: "
-            f"all-reduce {self.fit.latency_s * 1e6:.0f} us + bytes / {self.fit.bandwidth_bytes_per_s / 1e9:.0f} "
-            f"GB/s, fit within {self.fit.fit_error[0]:+.0%}..{self.fit.fit_error[1]:+.0%} of "
-            f"{self.interconnect.source})"
+            f"tensor parallel {self.degree} ({self.degree} GPUs per replica; Megatron-style shards; "
+            f"all-reduce on {ic.name} {fit.latency_s * 1e6:.0f} us + bytes / "
+            f"{fit.bandwidth_bytes_per_s / 1e9:.0f} GB/s, within {lo:+.0%}..{hi:+.0%} of {ic.source})"
         )
