@@ -5,8 +5,9 @@ simulator was set from these rows (held-out checks).
 Each row: where the number is published (paper, section, figure or table, the sentence it is in), the
 model and GPU (registry names), the workload (request lengths), the SLO and capacity criterion the paper
 used, the scheduler(s) its number is about with the settings the published run used, the published value
-and what our run must support to reproduce it (`needs`: "tensor parallelism" is not modelled, so such
-rows are listed and never run).
+and what our run must support to reproduce it (`needs`: features sim.serving lacks, so such rows are
+listed and never run). A row run at tensor parallelism says so in its settings (`tensor_parallel`: GPUs
+per replica, sim/serving/tensor_parallel.py), its baseline's too.
 
 Schedulers, as the papers' systems map onto sim.serving's:
 - vLLM as Sarathi-Serve and DistServe ran it (v0.2-v0.3, before chunked prefill): `prefill-first`
@@ -48,7 +49,7 @@ SHAREGPT_REQUESTS_CSV = Path(__file__).resolve().parent / "data" / "sarathi_shar
 # 8192, so none is clipped).
 
 QUANTITIES = ("capacity_ratio", "goodput_rps", "decode_iteration_s")
-FEATURES = ("tensor parallelism",)
+FEATURES = ("LongBench request lengths",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class PublishedServing:
     engine: the engine profile (sim/engine_profiles) of the published run's engine (module docstring).
     diagnostics: other engine profiles to run the row with, printed as diagnostic lines.
     needs: features sim.serving lacks (FEATURES).
+    tensor_parallel: GPUs per replica of the published run (both its scheduler and its baseline).
     """
 
     key: str
@@ -88,6 +90,7 @@ class PublishedServing:
     diagnostics: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     mapping: str = ""
+    tensor_parallel: int = 1
 
 
 _SARATHI = ("Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve "
@@ -202,16 +205,39 @@ ROWS: tuple[PublishedServing, ...] = (
         "(8192 prompt tokens per prefill batch, 1024 decode sequences); per-GPU goodput = fleet rate / 3",
     ),
     PublishedServing(
+        key="sarathi-table3-yi34b-decode",
+        source=f"{_SARATHI}, section 5.1 and Table 3: the strict P99 TBT SLO is 5x 'the execution time of a "
+        "decode iteration for a request (with prefill length of 4k and 32 batch size) running without any "
+        "prefill interference'; Yi-34B's strict SLO is 0.2 s (microsoft/sarathi-serve osdi-experiments/"
+        "figure-5-6/README.md@02d2567: `--tbt-slo-value 0.2` for yi34b_strict.yml, tensor parallel 2 on A100 "
+        "80GB PCIe GPUs NVLinked in pairs, Azure NC96ads v4)",
+        model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB PCIe, tensor parallel 2",
+        workload={"batch": 32, "context": 4095}, criterion={}, quantity="decode_iteration_s",
+        scheduler="blocking", published=0.040, tensor_parallel=2,
+        published_note="0.2 s / 5 (the SLO is given to one digit: 0.036-0.044 s if 0.2 is rounded to the "
+        "nearest 0.02 s)",
+        mapping="StepCosts.decode_s(32, 4096) at tensor parallel 2: one shard's decode step plus its "
+        "all-reduces; the context is 4095 + the new token, Yi-34B's 4096 positions",
+    ),
+    PublishedServing(
         key="sarathi-5.1-yi34b-strict",
         source=f"{_SARATHI}, section 5.1: 'Sarathi-Serve can sustain [...] 3.7x higher load than vLLM under "
-        "strict SLO (Yi-34B, openchat_sharegpt4)'",
-        model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB, tensor parallel 2",
+        "strict SLO (Yi-34B, openchat_sharegpt4)'; its run: microsoft/sarathi-serve osdi-experiments/"
+        "figure-5-6/yi34_strict.yml@02d2567 (vLLM batch 128, Sarathi-Serve chunk 512 batch 128, the chat "
+        "trace, 2048 requests, tp_dimension 2) with `--tbt-slo-value 0.2` (README.md of that folder)",
+        model="yi-34b", gpu="a100-80g-pcie",
+        gpus_in_paper="2 A100 80GB PCIe (NVLinked pair), tensor parallel 2",
         workload={"requests_csv": "sarathi_sharegpt_2048.csv"},
         criterion={"tbt_p99_s": 0.2, "scheduling_delay_p50_s": 2.0},
         quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first", settings=_SARATHI_SETTINGS,
         baseline_settings=_SARATHI_VLLM, published=3.7, published_note="section 5.1 text",
-        needs=("tensor parallelism",),
-        mapping="not reproducible here: the serving model runs one GPU per replica, no tensor parallelism",
+        tensor_parallel=2,
+        mapping="vLLM (max_num_seqs 128, max_num_batched_tokens 8192) -> prefill-first; Sarathi-Serve "
+        "token budget 512, 128 sequences -> chunked 512; both on replicas of 2 GPUs (tensor parallel 2); "
+        "the trace's requests as they are, up to 8192 tokens: Sarathi-Serve's capacity search sets the "
+        "model's max_model_len to the trace's max_seq_len 8192 (sarathi/benchmark/capacity_search/config/"
+        "config.py:60) and, past Yi-34B's 4096 positions, forces a linear rope scaling instead of refusing "
+        "(sarathi/utils/hf_utils.py:104-117, commit 96f9911)",
     ),
     PublishedServing(
         key="distserve-6.2-summarization",
@@ -222,7 +248,8 @@ ROWS: tuple[PublishedServing, ...] = (
         criterion={"ttft_s": 15.0, "tpot_s": 0.15, "attainment": 0.9},
         quantity="capacity_ratio", scheduler="disaggregated", baseline="prefill-first", published=4.3,
         published_note="section 6.2 text",
-        needs=("tensor parallelism",),
-        mapping="not reproducible here: tensor parallelism (and the LongBench lengths) are not modelled",
+        needs=("LongBench request lengths",), tensor_parallel=4,
+        mapping="not reproducible here: tensor parallelism is modelled (intra-op 4 on the a100-80g-sxm's "
+        "measured a100_dgx all-reduces), but the LongBench request lengths are not shipped",
     ),
 )
