@@ -24,6 +24,7 @@ A profile is a YAML file `sim/engine_profiles/<name>.yaml` (or any path to such 
                                                 # take; required for an estimate
     step_time:                                  # or whole steps (not both)
       model: <registry name>   hardware: <profile name>   method: dense   source: "<repo file:line@commit>"
+      tensor_parallel: <GPUs per replica it was measured at; default 1>
       prefill: {fixed_ms, per_token_ms, per_token_squared_ms, constant_ms}
       decode: [{below_batch: <B>, fixed_ms, per_token_ms, per_sequence_ms}, ..., {fixed_ms, ...}]
       per_iteration: {fixed_ms, per_context_token_ms}
@@ -190,6 +191,7 @@ class _StepTimeFile(_Strict):
     hardware: _Text
     method: _Text = "dense"
     source: _Text
+    tensor_parallel: Annotated[int, Field(ge=1, le=64)] = 1
     prefill: _PrefillFile
     decode: list[_DecodeFile] = Field(min_length=1)
     per_iteration: _IterationFile = _IterationFile()
@@ -276,6 +278,7 @@ def _step_time(f: _StepTimeFile) -> StepTime:
     return StepTime(
         f.model, f.hardware, f.method, " ".join(f.source.split()), p.fixed_ms, p.per_token_ms,
         p.per_token_squared_ms, p.constant_ms, segments, it.fixed_ms, it.per_context_token_ms,
+        f.tensor_parallel,
     )
 
 

@@ -59,7 +59,6 @@ from sim.config import SimConfig
 from sim.cost_model import CostModel
 from sim.demand import Demand
 from sim.engine import run_simulation
-from sim.errors import SimInputError
 from sim.serving.engine import EngineProfile, load_engine
 from sim.serving.tensor_parallel import TensorParallel, shard_demand
 from traces.models import get_model, use_model
@@ -86,15 +85,13 @@ class StepCosts:
         self.step_time = self.engine_profile.step_time
         if self.step_time is not None:
             self.step_time.check(self.engine_profile.name, cfg.model, cfg.hardware, cfg.method)
-            if tensor_parallel != 1:
-                raise SimInputError(
-                    f"{tensor_parallel_flag} {tensor_parallel}: --engine {self.engine_profile.name} prices "
-                    "whole steps measured at tensor parallel 1 only; use an engine profile of host time per "
-                    "iteration (e.g. sarathi-serve-a100) or none with tensor parallelism"
-                )
+            self.step_time.check_tensor_parallel(
+                self.engine_profile.name, tensor_parallel, tensor_parallel_flag
+            )
         self.model = get_model(cfg.model)  # the whole model; cfg below names one GPU's shard of it
         self.tp = TensorParallel.of(
-            self.model, profile_of(cfg).name, tensor_parallel, cfg.dtype_bytes, tensor_parallel_flag
+            self.model, profile_of(cfg).name, tensor_parallel, cfg.dtype_bytes, tensor_parallel_flag,
+            collectives=self.step_time is None,  # a whole-step profile's times include them
         )
         if self.tp.degree > 1:
             use_model(self.tp.shard)

@@ -166,11 +166,13 @@ class TensorParallel:
 
     @classmethod
     def of(cls, model: ModelSpec, hardware: str, degree: int, dtype_bytes: int = 2,
-           flag: str = "--tensor-parallel") -> TensorParallel:
-        """Check `degree` for `model` on `hardware` (SimInputError naming `flag` when it cannot run)."""
+           flag: str = "--tensor-parallel", collectives: bool = True) -> TensorParallel:
+        """Check `degree` for `model` on `hardware` (SimInputError naming `flag` when it cannot run);
+        `collectives` False: the shard only, its collectives priced elsewhere (a whole-step engine profile
+        measured at this degree), so no interconnect measurement is needed."""
         shard_spec(model, degree, flag)
-        if degree == 1:
-            return cls(1, model, dtype_bytes, None, None)
+        if degree == 1 or not collectives:
+            return cls(degree, model, dtype_bytes, None, None)
         ic = interconnect_for(hardware)
         if ic is None:
             measured = ", ".join(f"{h} ({ic.name}: {', '.join(map(str, sorted(ic.workers)))} GPUs)"
@@ -208,6 +210,9 @@ class TensorParallel:
     def label(self) -> str:
         if self.degree == 1:
             return "tensor parallel 1 (one GPU per replica)"
+        if self.fit is None:
+            return (f"tensor parallel {self.degree} ({self.degree} GPUs per replica; Megatron-style shards; "
+                    "the collectives are in the engine profile's measured whole steps)")
         fit, ic = self.fit, self.interconnect
         assert fit is not None and ic is not None
         lo, hi = fit.fit_error

@@ -148,3 +148,22 @@ def test_the_weighted_two_pool_search_minimises_gpus() -> None:
     fleets = [(a, b) for a in range(1, 13) for b in range(1, 25) if meets(a, b)]
     best = min(fleets, key=lambda x: 2 * x[0] + x[1])
     assert 2 * p + d == 2 * best[0] + best[1]
+
+
+def test_a_whole_step_profile_prices_only_the_degree_it_was_measured_at() -> None:
+    from sim.serving.engine_steps import StepTimeRefused
+
+    cfg = SimConfig(model="opt-13b", hardware="a100-80g-sxm", method="dense", input_tokens=512,
+                    output_tokens=64)
+    tp2 = StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100-tp2", tensor_parallel=2)
+    st = tp2.step_time
+    assert st is not None and st.tensor_parallel == 2 and tp2.cfg.model == "opt-13b@tp2"
+    # the profile's measured whole step (collectives included), nothing added
+    assert tp2.decode_s(8, 544) == st.decode_s(8, 544) and tp2.tp.collectives_s(8, 8) == 0.0
+    # DistServe's TP 2 entry: prefill [27.44, 0.0905, 8.45e-6] ms (profiler-a100-80g.vllm.json:21-38)
+    assert tp2.prefill_s(512) == pytest.approx((27.4408 + 0.090545 * 512 + 8.452e-6 * 512**2 + 1 + 2
+                                                + 0.0001 * 512) / 1e3, rel=1e-4)
+    with pytest.raises(StepTimeRefused, match="measured at tensor parallel 1 only"):
+        StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100", tensor_parallel=2)
+    with pytest.raises(StepTimeRefused, match="measured at tensor parallel 2 only"):
+        StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100-tp2")
