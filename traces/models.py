@@ -128,6 +128,19 @@ MODELS: dict[str, ModelSpec] = {
             "(DistServe's 13B model)",
         ),
         _spec(
+            name="opt-66b", hf_id="facebook/opt-66b", architecture="opt",
+            n_layers=64, hidden_size=9216, n_qo_heads=72, n_kv_heads=72, head_dim=128, ffn_size=24576,
+            vocab_size=50272, rope_theta=10000.0, max_position_tokens=2048, tied_embeddings=True,
+            qkv_bias=True,
+            source="config.json of facebook/opt-66b, read here from a copy that names it as its source "
+            "(huggingface.co/mit-han-lab/opt-66b-smoothquant config.json, _name_or_path "
+            "/dataset/opt/opt-66b): "
+            "num_hidden_layers 64, hidden_size 9216, num_attention_heads 72 (multi-head attention, head dim "
+            "128), ffn_dim 36864 with a two-matrix ReLU FFN, vocab_size 50272, max_position_embeddings 2048 "
+            "(learned positions: rope_theta unused), tied embeddings. ffn_size 24576 = 2/3 x 36864, as for "
+            "opt-13b. Simulator shape only (DistServe's 66B model, served at tensor parallel 2-8)",
+        ),
+        _spec(
             name="llama-2-7b", hf_id="meta-llama/Llama-2-7b-hf", architecture="llama",
             n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=32, head_dim=128, ffn_size=11008,
             vocab_size=32000, rope_theta=10000.0, max_position_tokens=4096, tied_embeddings=False,

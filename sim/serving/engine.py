@@ -170,7 +170,8 @@ class _TermFile(_Strict):
 class _PrefillFile(_Strict):
     fixed_ms: float = Field(allow_inf_nan=False, strict=True)
     per_token_ms: _Ms
-    per_token_squared_ms: _Ms = 0.0
+    # any finite number: a fitted curvature may be negative (DistServe's OPT-66B vLLM fit at TP 2)
+    per_token_squared_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
     constant_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
 
 
