@@ -250,6 +250,7 @@ ROWS: tuple[PublishedServing, ...] = (
         published_note="section 6.2 text",
         needs=("LongBench request lengths",), tensor_parallel=4,
         mapping="not reproducible here: tensor parallelism is modelled (intra-op 4 on the a100-80g-sxm's "
-        "measured a100_dgx all-reduces), but the LongBench request lengths are not shipped",
+        "measured a100_dgx all-reduces, or DistServe's profiled OPT-66B steps at TP 4), but the LongBench "
+        "request lengths are not shipped",
     ),
 )
