@@ -167,3 +167,17 @@ def test_a_whole_step_profile_prices_only_the_degree_it_was_measured_at() -> Non
         StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100", tensor_parallel=2)
     with pytest.raises(StepTimeRefused, match="measured at tensor parallel 2 only"):
         StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100-tp2")
+
+
+def test_a_retrieval_method_prices_the_first_gpus_kv_heads() -> None:
+    from sim.serving.tensor_parallel import shard_demand
+    from sim.synthetic import synthetic_demand
+
+    demand = synthetic_demand("correction=0.3,hit=0.8", "yi-34b", seed=0)
+    half = shard_demand(demand, shard_spec(get_model("yi-34b"), 2))
+    assert half is not None and half.model == "yi-34b@tp2" and half.n_kv_heads == 4 == demand.n_kv_heads // 2
+    assert (half.corrected[0] == demand.corrected[0][:, :, :4]).all()
+    cfg = SimConfig(model="yi-34b", hardware="h100-sxm", method="freekv", input_tokens=3000, output_tokens=64)
+    one, two = StepCosts(cfg, demand), StepCosts(cfg, demand, tensor_parallel=2)
+    assert two.demand is not None and two.demand.model == "yi-34b@tp2"
+    assert one.decode_s(8, 3000) / 2 < two.decode_s(8, 3000) < one.decode_s(8, 3000)
