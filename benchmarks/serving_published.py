@@ -24,10 +24,12 @@ Schedulers, as the papers' systems map onto sim.serving's:
 Engines (`engine`: the sim/engine_profiles profile of the engine the published run used, sim/serving/
 engine.py): Sarathi-Serve ran its own LLMEngine for both its vLLM baseline and Sarathi-Serve on an A100
 80GB PCIe; Vidur profiled that engine's host time per iteration on an A100 80GB node: `sarathi-serve-a100`
-(added to the step model). DistServe ran vLLM and its own engine on OPT-13B on A100 80GB GPUs and profiled
-both per iteration (whole forward passes, fitted): `distserve-vllm-opt13b-a100` and `distserve-opt13b-a100`,
-whole-step profiles that replace the step model's iteration times, so those rows run on the engine they
-measured. `diagnostics`: other engines each row also runs, printed as diagnostic lines (`none`: the step
+(added to the step model); at tensor parallel 2 (the Yi-34B rows) Vidur's profile of the same engine at
+TP 2, `sarathi-serve-a100-tp2` (its Ray messaging to the workers adds about 6 ms per iteration). DistServe
+ran vLLM and its own engine on OPT-13B on A100 80GB GPUs and profiled both per iteration (whole forward
+passes, fitted): `distserve-vllm-opt13b-a100` and `distserve-opt13b-a100`, whole-step profiles that
+replace the step model's iteration times, so those rows run on the engine they measured. `diagnostics`:
+other engines each row also runs, printed as diagnostic lines (`none`: the step
 model's kernels alone; `sarathi-serve-a100`: the proxy those rows used before).
 """
 
@@ -108,6 +110,8 @@ _DISTSERVE_VLLM = {"max_seqs": 1024, "max_batched_tokens": 16384}
 _DISTSERVE_ENGINE = {"max_batched_tokens": 8192, "max_seqs": 1024}
 _VLLM_ENGINE, _DISTSERVE_OWN = "distserve-vllm-opt13b-a100", "distserve-opt13b-a100"
 _KERNELS = ("none", "sarathi-serve-a100")
+# Sarathi-Serve's engine at tensor parallel 2 (Vidur's profile of it, CodeLlama-34B at TP 2): the Yi-34B rows
+_SARATHI_TP2 = "sarathi-serve-a100-tp2"
 # the Mistral-7B capacity runs of Sarathi-Serve (osdi-experiments/figure-5-6/mistral7b_strict.yml)
 _SARATHI_MISTRAL: dict[str, Any] = {
     "model": "mistral-7b", "gpu": "a100-80g-pcie", "gpus_in_paper": "1 A100 80GB PCIe",
@@ -213,7 +217,7 @@ ROWS: tuple[PublishedServing, ...] = (
         "80GB PCIe GPUs NVLinked in pairs, Azure NC96ads v4)",
         model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB PCIe, tensor parallel 2",
         workload={"batch": 32, "context": 4095}, criterion={}, quantity="decode_iteration_s",
-        scheduler="blocking", published=0.040, tensor_parallel=2,
+        scheduler="blocking", published=0.040, tensor_parallel=2, engine=_SARATHI_TP2, diagnostics=("none",),
         published_note="0.2 s / 5 (the SLO is given to one digit: 0.036-0.044 s if 0.2 is rounded to the "
         "nearest 0.02 s)",
         mapping="StepCosts.decode_s(32, 4096) at tensor parallel 2: one shard's decode step plus its "
@@ -231,7 +235,7 @@ ROWS: tuple[PublishedServing, ...] = (
         criterion={"tbt_p99_s": 0.2, "scheduling_delay_p50_s": 2.0},
         quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first", settings=_SARATHI_SETTINGS,
         baseline_settings=_SARATHI_VLLM, published=3.7, published_note="section 5.1 text",
-        tensor_parallel=2,
+        tensor_parallel=2, engine=_SARATHI_TP2, diagnostics=("none",),
         mapping="vLLM (max_num_seqs 128, max_num_batched_tokens 8192) -> prefill-first; Sarathi-Serve "
         "token budget 512, 128 sequences -> chunked 512; both on replicas of 2 GPUs (tensor parallel 2); "
         "the trace's requests as they are, up to 8192 tokens: Sarathi-Serve's capacity search sets the "

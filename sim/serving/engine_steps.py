@@ -11,9 +11,9 @@ work and messaging), fitted per iteration shape, which replaces the step model's
 
 in milliseconds. This is the form of DistServe's simulator's estimator (LLMServe/DistServe simdistserve/
 estimators/time_estimator.py:26-75) and its Ray overhead (simdistserve/base/worker.py:145-149). Such a
-profile is measured on one model, GPU, method (dense) and tensor-parallel degree (its times include the
-collectives): it prices only that combination, and it has no mixed (decode + prefill chunk) iteration,
-so the chunked scheduler refuses it.
+profile is measured on one model, GPU, method (dense) and tensor-parallel degree (the profile's
+`tensor_parallel`; its times include the collectives): it prices only that combination, and it has no
+mixed (decode + prefill chunk) iteration, so the chunked scheduler refuses it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ __all__ = ["DecodeSegment", "StepTime", "StepTimeRefused"]
 
 
 class StepTimeRefused(SimInputError):
-    """A whole-step engine profile asked to price what it was not measured on."""
+    """An engine profile asked to price what it was not measured on (a whole-step profile's model, GPU,
+    method or mixed iterations; any profile's tensor-parallel degree)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,6 @@ class StepTime:
     decode: tuple[DecodeSegment, ...]
     iteration_fixed_ms: float
     iteration_per_context_token_ms: float
-    tensor_parallel: int = 1  # GPUs per replica it was measured at (its times include the collectives)
 
     def _overhead_ms(self, context_tokens: float) -> float:
         return self.iteration_fixed_ms + self.iteration_per_context_token_ms * context_tokens
@@ -93,16 +93,6 @@ class StepTime:
                 f"--engine {profile}: prices whole steps of {self.model} on {self.hardware} with "
                 f"{self.method} only, not {', '.join(wrong)}; use an engine profile of host time per "
                 "iteration (e.g. sarathi-serve-a100) or none"
-            )
-
-    def check_tensor_parallel(self, profile: str, degree: int, flag: str = "--tensor-parallel") -> None:
-        """Refuse a tensor-parallel degree this profile was not measured at (one line naming both)."""
-        if degree != self.tensor_parallel:
-            raise StepTimeRefused(
-                f"{flag} {degree}: --engine {profile} prices whole steps of {self.model} measured at tensor "
-                f"parallel {self.tensor_parallel} only; use the profile of that degree (e.g. "
-                f"{profile.removesuffix(f'-tp{self.tensor_parallel}')}-tp{degree} where one is shipped), an "
-                "engine profile of host time per iteration (e.g. sarathi-serve-a100) or none"
             )
 
     def refuse_mixed(self, profile: str) -> StepTimeRefused:

@@ -85,9 +85,7 @@ class StepCosts:
         self.step_time = self.engine_profile.step_time
         if self.step_time is not None:
             self.step_time.check(self.engine_profile.name, cfg.model, cfg.hardware, cfg.method)
-            self.step_time.check_tensor_parallel(
-                self.engine_profile.name, tensor_parallel, tensor_parallel_flag
-            )
+        self.engine_profile.check_tensor_parallel(tensor_parallel, tensor_parallel_flag)
         self.model = get_model(cfg.model)  # the whole model; cfg below names one GPU's shard of it
         self.tp = TensorParallel.of(
             self.model, profile_of(cfg).name, tensor_parallel, cfg.dtype_bytes, tensor_parallel_flag,

@@ -157,7 +157,7 @@ def test_a_whole_step_profile_prices_only_the_degree_it_was_measured_at() -> Non
                     output_tokens=64)
     tp2 = StepCosts(cfg, None, engine="distserve-vllm-opt13b-a100-tp2", tensor_parallel=2)
     st = tp2.step_time
-    assert st is not None and st.tensor_parallel == 2 and tp2.cfg.model == "opt-13b@tp2"
+    assert st is not None and tp2.engine_profile.tensor_parallel == 2 and tp2.cfg.model == "opt-13b@tp2"
     # the profile's measured whole step (collectives included), nothing added
     assert tp2.decode_s(8, 544) == st.decode_s(8, 544) and tp2.tp.collectives_s(8, 8) == 0.0
     # DistServe's TP 2 entry: prefill [27.44, 0.0905, 8.45e-6] ms (profiler-a100-80g.vllm.json:21-38)
@@ -181,3 +181,20 @@ def test_a_retrieval_method_prices_the_first_gpus_kv_heads() -> None:
     one, two = StepCosts(cfg, demand), StepCosts(cfg, demand, tensor_parallel=2)
     assert two.demand is not None and two.demand.model == "yi-34b@tp2"
     assert one.decode_s(8, 3000) / 2 < two.decode_s(8, 3000) < one.decode_s(8, 3000)
+
+
+def test_host_time_profiles_are_per_degree() -> None:
+    """Sarathi-Serve's engine messages its Ray workers every iteration at TP 2 (Vidur: about 6 ms), so the
+    TP 1 profile is refused at TP 2 and points to the TP 2 one; `none` prices any degree."""
+    from sim.serving.engine import load_engine
+    from sim.serving.engine_steps import StepTimeRefused
+
+    with pytest.raises(StepTimeRefused, match="use --engine sarathi-serve-a100-tp2"):
+        StepCosts(YI, None, engine="sarathi-serve-a100", tensor_parallel=2)
+    with pytest.raises(StepTimeRefused, match="use --engine sarathi-serve-a100,"):
+        StepCosts(YI, None, engine="sarathi-serve-a100-tp2")
+    tp2 = StepCosts(YI, None, engine="sarathi-serve-a100-tp2", tensor_parallel=2)
+    kernels = StepCosts(YI, None, tensor_parallel=2)
+    # cpu_overheads.csv@6d98aa8 lines 2-14 (CodeLlama-34B, TP 2) at 32 sequences: 9.08 ms in all
+    assert tp2.decode_s(32, 2048) - kernels.decode_s(32, 2048) == pytest.approx(9.08e-3, abs=0.01e-3)
+    assert load_engine("sarathi-serve-a100-tp2@high").tensor_parallel == 2
