@@ -91,7 +91,9 @@ def scheduler_options(command: Callable) -> Callable:
             "engine), or a whole-step profile that replaces the step model's iteration times on the model "
             "and GPU it was measured on (distserve-vllm-opt13b-a100, distserve-opt13b-a100: DistServe's "
             "profiles of vLLM and of its engine, OPT-13B on an A100 80GB), or a path to such a YAML file; "
-            "NAME@low or NAME@high puts every term at that end of its range",
+            "NAME@low or NAME@high puts every term at that end of its range. A profile prices the tensor-"
+            "parallel degree it was measured at: the NAME-tpN profiles in sim/engine_profiles (e.g. "
+            "sarathi-serve-a100-tp2, distserve-opt66b-a100-tp4) serve --tensor-parallel N",
         ),
         click.option(
             "--tensor-parallel", type=number(TENSOR_PARALLEL), default=1, show_default=True,
