@@ -88,7 +88,7 @@ class FleetAnswer:
     n_requests: int
     seeds: tuple[int, ...]
     answers: list[FleetPoint | None]  # per seed: the fewest GPUs meeting the SLOs (None: none within cap)
-    binding: list[FleetPoint | None]  # per seed: the fleet one GPU smaller that failed (what binds)
+    binding: list[FleetPoint | None]  # per seed: the fleet one replica smaller that failed (what binds)
     impossible: Failure | None = None  # no fleet can meet the per-token SLO
     evaluations: int = 0
     notes: list[str] = field(default_factory=list)
