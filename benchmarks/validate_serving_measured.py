@@ -1,0 +1,392 @@
+"""Replay DistServe's measured serving runs (OPT-13B, ShareGPT, A100 80GB) through the request-level serving
+model and compare, request set by request set.
+
+    PYTHONPATH=. python benchmarks/validate_serving_measured.py [--engines NAME,NAME] [--runs KEY,KEY]
+        [--implementation ideal|as-published] [--attainment PCT] [--diagnose] [--json FILE]
+
+The runs and their setup: benchmarks/serving_measured.py. Each run it can reproduce is replayed with its
+EXACT requests (prompt and output lengths, issue times relative to the first), not new Poisson draws, on
+the scheduler and settings the run used: vLLM -> `prefill-first` with DistServe's launch flags
+(max_num_seqs 1024, max_num_batched_tokens 16384) and --gpu-memory-utilization 0.95, model opt-13b, GPU
+a100-80g-sxm, dense. DistServe's c21d11 runs need tensor parallelism (prefill TP 2): listed, not replayed.
+
+Per run: measured vs ours P50 and P90 TTFT, P90 and mean TPOT, and the SLO attainment (share of requests
+within both limits) at the authors' alignment targets (TTFT < 200 ms, TPOT < 100 ms) and at DistServe's
+chatbot SLO for OPT-13B (TTFT <= 250 ms, TPOT <= 100 ms). TPOT as DistServe's client measured it:
+(last token - first token) / (output tokens - 1), 0 for one output token (sim.serving's `tpot_s`, with
+0 for one output token). Then per config and SLO, over the runs on its curve (serving_measured.
+MeasuredRun.on_curve): the goodput, the rate where the attainment curve first crosses `--attainment`
+(90%), by linear interpolation between neighbouring rates exactly as DistServe's plot code does
+(evaluation/2-benchmark-serving/plot.ipynb cell 1 `find_intersection`; where the curve never crosses,
+that function returns the first rate with a warning: printed here as "not crossed"), measured and ours
+and their ratio (target 1/1.3 to 1.3), at 90% (DistServe's) and 50% (the measured vLLM curve never
+reaches 90% at either SLO: 0.86 at 1 req/s at the chatbot SLO). Ours is also run past the highest
+measured rate (x1.125 to x2, `EXTEND_FACTORS`: that run's requests with its issue times scaled, as
+DistServe's client scales one arrival pattern to each rate; ours only, never compared request by
+request), so its curve can cross where the measured one did; the RMSE of the attainment in percentage
+points (the authors' alignment score, align_with_real.py:212-214); and the rates at which each P90 (TTFT
+and TPOT, each on its own) meets its limit.
+
+Engines (`--engines`, sim/engine_profiles):
+- `sarathi-serve-a100`: the step model plus Vidur's profile of Sarathi-Serve's engine host time per
+  iteration: independent of DistServe's data (held out);
+- `none`: the step model's kernels alone (held out);
+- `distserve-vllm-opt13b-a100`: DistServe's own per-iteration profile of this vLLM. NOT held out: its
+  coefficients are the authors' fit times fudge factors (prefill x1.4, decode x1.2, and +1 ms per
+  prefill) set in simdistserve/estimators/time_estimator.py on 2024-04-24/25 (commits 8a653a7 "Add
+  fundge overhead", 3cb7744), one and two days after these runs were committed with align_with_real.py,
+  whose job is to compare the simulator with exactly these runs, and folded into the JSON in 4c68ed9
+  "Realign the curve" (2024-05-01; old vLLM prefill (15.75, 0.1004, 5.77e-6) x 1.4 = the profile's
+  (22.05, 0.1405, 8.08e-6), old decode x 1.2 = its decode);
+- benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml, a diagnostic: the same profile as of
+  the runs' commit, before those factors (the forward-pass fit plus the simulator's Ray overhead); it
+  shows what the factors fitted after the runs contribute.
+Simulated on CPU, never on a GPU; nothing of the simulator was set from these runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.serving_measured import CONFIGS, GPU, MODEL, SLOS, MeasuredRun, load_runs  # noqa: E402
+from benchmarks.validate_serving import TARGET, runner  # noqa: E402
+
+FORWARD_ENGINE = (Path(__file__).resolve().parent / "data" / "engines"
+                  / "distserve-vllm-opt13b-a100-forward.yaml")
+ENGINES = ("sarathi-serve-a100", "none", "distserve-vllm-opt13b-a100", str(FORWARD_ENGINE))
+HELD_OUT = {  # engine profile name -> whether it is independent of these runs (module docstring)
+    "sarathi-serve-a100": "held out",
+    "none": "held out",
+    "distserve-vllm-opt13b-a100": "NOT held out: DistServe re-fitted it (fudge factors 8a653a7/3cb7744, "
+    "folded in by 4c68ed9) after these runs, with align_with_real.py comparing against them",
+    "distserve-vllm-opt13b-a100-forward": "diagnostic: DistServe's forward-pass fit as of the runs' commit "
+    "(20a1633), before its alignment; committed a day before the runs (3261c76), which carry no wall date",
+}
+ATTAINMENT_PCT = (90.0, 50.0)
+LONG_OUTPUT_TOKENS = 20
+EXTEND_FACTORS = (1.125, 1.25, 1.375, 1.5, 1.75, 2.0)
+
+
+def find_intersection(xs: list[float], ys: list[float], target_y: float) -> tuple[float, bool]:
+    """DistServe's find_intersection (plot.ipynb cell 1): the first segment whose ends lie on either side of
+    target_y (one below, one not), linearly interpolated; (xs[0], False) where none does."""
+    for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:], strict=False):
+        if (y0 < target_y) != (y1 < target_y):
+            return (target_y - y0) * (x1 - x0) / (y1 - y0) + x0, True
+    return xs[0], False
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    """Percentile q where NaN marks a request never served (late: inf)."""
+    x = np.nan_to_num(np.asarray(x, dtype=float), nan=np.inf)
+    with np.errstate(invalid="ignore"):
+        v = float(np.percentile(x, q))
+    return float("inf") if np.isnan(v) else v
+
+
+def summary(ttft_ms: np.ndarray, tpot_ms: np.ndarray) -> dict[str, float]:
+    """The statistics compared per run (module docstring)."""
+    out = {"ttft_p50_ms": _pct(ttft_ms, 50), "ttft_p90_ms": _pct(ttft_ms, 90),
+           "tpot_p90_ms": _pct(tpot_ms, 90), "tpot_mean_ms": float(np.mean(tpot_ms))}
+    for slo in SLOS:
+        out[f"attainment_{slo.name}"] = float(slo.within(ttft_ms, tpot_ms).mean())
+        each = out["ttft_p90_ms"] <= slo.ttft_ms and out["tpot_p90_ms"] <= slo.tpot_ms
+        out[f"p90_each_{slo.name}"] = bool(each)
+    return out
+
+
+def step_costs(config: str, runs: list[MeasuredRun], engine: str, implementation: str) -> Any:
+    from sim.config import SimConfig
+    from sim.serving import StepCosts
+
+    longest = max(((int(p), int(o)) for r in runs for p, o in zip(r.prompt_len, r.output_len, strict=True)),
+                  key=sum)
+    cfg = SimConfig(model=MODEL, hardware=GPU, method="dense", input_tokens=longest[0],
+                    output_tokens=longest[1], implementation=implementation,
+                    gpu_memory_utilization=CONFIGS[config].gpu_memory_utilization)
+    return StepCosts(cfg, None, engine=engine)
+
+
+def replay(run: MeasuredRun, costs: Any) -> dict[str, Any]:
+    """Our TTFT and TPOT of each of the run's requests (ms), with the run's own scheduler and settings."""
+    from sim.serving import Request
+
+    config = CONFIGS[run.config]
+    reqs = [Request(float(t), int(p), int(o))
+            for t, p, o in zip(run.issue_time_s, run.prompt_len, run.output_len, strict=True)]
+    result = runner(config.scheduler, config.settings)(reqs, costs)
+    ttft_ms = result.ttft_s * 1e3
+    tpot_ms = np.where(run.output_len > 1, result.tpot_s * 1e3, 0.0)  # DistServe's client: 0 for one token
+    finished = np.isfinite(result.finish_s)
+    tpot_ms = np.where(finished | (run.output_len == 1), tpot_ms, np.nan)
+    return {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "prefill_queue_ms": result.prefill_queue_s * 1e3,
+            "max_iteration_tokens": int(result.max_iteration_tokens), "max_batch": int(result.max_batch)}
+
+
+def _fit(prompt: np.ndarray, ttft_ms: np.ndarray) -> tuple[float, float]:
+    """Least-squares TTFT = a + b * prompt tokens (ms, ms per token)."""
+    b, a = np.polyfit(prompt.astype(float), ttft_ms, 1)
+    return float(a), float(b)
+
+
+def diagnose(run: MeasuredRun, ours: dict[str, Any]) -> dict[str, Any]:
+    """Where ours and measured differ: TTFT ratio by prompt length, and how much of ours is queueing."""
+    ratio = ours["ttft_ms"] / run.ttft_ms
+    bins = {"prompt<256": run.prompt_len < 256, "256-1023": (run.prompt_len >= 256) & (run.prompt_len < 1024),
+            ">=1024": run.prompt_len >= 1024}
+    out: dict[str, Any] = {f"ttft_ratio_median_{k}": float(np.median(ratio[m])) if m.any() else None
+                           for k, m in bins.items()}
+    out["ours_queue_share_of_ttft"] = float(np.nansum(ours["prefill_queue_ms"]) / np.nansum(ours["ttft_ms"]))
+    out["measured_fit_ms"] = _fit(run.prompt_len, run.ttft_ms)
+    out["ours_fit_ms"] = _fit(run.prompt_len, ours["ttft_ms"])
+    out["ttft_min_ms"] = (float(run.ttft_ms.min()), float(np.nanmin(ours["ttft_ms"])))
+    long = run.output_len > LONG_OUTPUT_TOKENS  # their TPOT is mostly decode steps, few prefill stalls
+    out["tpot_p10_long_ms"] = (float(np.percentile(run.tpot_ms[long], 10)),
+                               float(np.nanpercentile(ours["tpot_ms"][long], 10)))
+    return out
+
+
+def goodput(xs: list[float], meas: list[float], ours_xs: list[float], ours: list[float],
+            level: float) -> dict[str, Any]:
+    """Both curves' crossing of `level` (percent) and their ratio. Ours may run on past the measured rates
+    (`ours_xs`, extended: module docstring); where the measured curve crosses and ours stays at or above the
+    level to its last rate, the ratio is only bounded below (`ratio_above`)."""
+    (gm, fm), (go, fo) = find_intersection(xs, meas, level), find_intersection(ours_xs, ours, level)
+    above = fm and not fo and all(y >= level for y in ours)
+    return {"level_pct": level, "measured": gm if fm else None, "ours": go if fo else None,
+            "ours_beyond_measured": bool(fo and go > xs[-1]),
+            "ratio": go / gm if fm and fo else None, "ratio_above": ours_xs[-1] / gm if above else None}
+
+
+def extension(run: MeasuredRun, costs: Any) -> list[tuple[float, dict[str, Any]]]:
+    """Ours past the highest measured rate: `run`'s requests with its issue times scaled to each of
+    EXTEND_FACTORS x its rate (as the client scales one arrival pattern to each rate), our summary at each."""
+    out = []
+    for factor in EXTEND_FACTORS:
+        scaled = replace(run, rate=run.rate * factor, issue_time_s=run.issue_time_s / factor)
+        ours = replay(scaled, costs)
+        out.append((scaled.rate, summary(ours["ttft_ms"], ours["tpot_ms"])))
+    return out
+
+
+def curve(runs: list[MeasuredRun], per_run: dict[str, dict[str, Any]], levels: tuple[float, ...],
+          extended: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    """Goodputs, attainment RMSE and P90-each rates of one config on one engine, over its curve's runs
+    (ours also over `extended`, past the measured rates)."""
+    on = sorted((r for r in runs if r.on_curve and r.key in per_run), key=lambda r: r.rate)
+    xs = [r.rate for r in on]
+    out: dict[str, Any] = {"rates": xs, "extended_rates": [x for x, _ in extended]}
+    for slo in SLOS:
+        meas = [100 * per_run[r.key]["measured"][f"attainment_{slo.name}"] for r in on]
+        ours = [100 * per_run[r.key]["ours"][f"attainment_{slo.name}"] for r in on]
+        ours_ext = ours + [100 * e[f"attainment_{slo.name}"] for _, e in extended]
+        out[slo.name] = {
+            "measured_attainment_pct": meas, "ours_attainment_pct": ours,
+            "ours_extended_pct": ours_ext[len(ours):],
+            "rmse_pp": float(np.sqrt(np.mean((np.array(meas) - np.array(ours)) ** 2))),
+            "goodput": [goodput(xs, meas, xs + out["extended_rates"], ours_ext, level) for level in levels],
+            "p90_each_measured": [r.rate for r in on if per_run[r.key]["measured"][f"p90_each_{slo.name}"]],
+            "p90_each_ours": [r.rate for r in on if per_run[r.key]["ours"][f"p90_each_{slo.name}"]],
+        }
+    return out
+
+
+def measured_curve(runs: list[MeasuredRun], per_run: dict[str, dict[str, Any]],
+                   levels: tuple[float, ...]) -> dict[str, Any]:
+    """The measured goodputs alone, of a config not replayed here."""
+    on = sorted((r for r in runs if r.on_curve), key=lambda r: r.rate)
+    xs = [r.rate for r in on]
+    out: dict[str, Any] = {"rates": xs, "measured_only": True}
+    for slo in SLOS:
+        meas = [100 * per_run[r.key]["measured"][f"attainment_{slo.name}"] for r in on]
+        found = [find_intersection(xs, meas, level) for level in levels]
+        out[slo.name] = {"measured_attainment_pct": meas,
+                         "goodput": [{"level_pct": level, "measured": g if ok else None}
+                                     for level, (g, ok) in zip(levels, found, strict=True)]}
+    return out
+
+
+def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
+             levels: tuple[float, ...] = ATTAINMENT_PCT, with_diagnosis: bool = False) -> dict[str, Any]:
+    """Every run of `runs` on `engine`: per run measured and ours, per config the curve (module docstring)."""
+    from sim.serving.engine import load_engine
+
+    name = load_engine(engine).name
+    out: dict[str, Any] = {"engine": name, "implementation": implementation,
+                           "held_out": HELD_OUT.get(name, "not one of this check's engines"), "runs": {},
+                           "configs": {}}
+    for config in sorted({r.config for r in runs}):
+        mine = [r for r in runs if r.config == config]
+        needs = CONFIGS[config].needs
+        if needs:
+            for r in mine:
+                why = f"needs {needs[0]}"
+                out["runs"][r.key] = {"config": config, "rate": r.rate, "n": r.n, "status": why,
+                                      "measured": summary(r.ttft_ms, r.tpot_ms)}
+            out["configs"][config] = measured_curve(mine, out["runs"], levels)
+            continue
+        costs = step_costs(config, mine, engine, implementation)
+        for r in mine:
+            ours = replay(r, costs)
+            entry = {"config": config, "rate": r.rate, "n": r.n, "status": "ok",
+                     "measured": summary(r.ttft_ms, r.tpot_ms),
+                     "ours": summary(ours["ttft_ms"], ours["tpot_ms"]),
+                     "max_iteration_tokens": ours["max_iteration_tokens"], "max_batch": ours["max_batch"]}
+            if with_diagnosis:
+                entry["diagnosis"] = diagnose(r, ours)
+            out["runs"][r.key] = entry
+        last = max((r for r in mine if r.on_curve), key=lambda r: r.rate, default=None)
+        extended = extension(last, costs) if last is not None else []
+        out["configs"][config] = curve(mine, out["runs"], levels, extended)
+    return out
+
+
+def _fmt(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return "inf" if not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _pair(m: float, o: float | None, width: int, digits: int = 0) -> str:
+    return f"{_fmt(m, digits):>{width}}/{'' if o is None else _fmt(o, digits):<{width}}"
+
+
+def _goodput_text(g: dict[str, Any]) -> str:
+    meas = "not crossed" if g["measured"] is None else f"{g['measured']:.2f}"
+    ours = "not crossed" if g["ours"] is None else f"{g['ours']:.2f}"
+    if g["ours_beyond_measured"]:
+        ours += " (extended)"
+    if g["ratio"] is not None:
+        inside = 1 / TARGET <= g["ratio"] <= TARGET
+        ratio = f"{g['ratio']:.2f} ({'within' if inside else 'OUTSIDE'} 1.3x)"
+    elif g["ratio_above"] is not None:
+        ratio = f"> {g['ratio_above']:.2f} (ours above {g['level_pct']:g}% at every rate tried)"
+    else:
+        ratio = "-"
+    return f"at {g['level_pct']:g}%: measured {meas}, ours {ours}, ours/measured {ratio}"
+
+
+def print_engine(res: dict[str, Any]) -> None:
+    print(f"\nengine {res['engine']} ({res['implementation']}): {res['held_out']}")
+    print(f"{'run':26} {'TTFT p50 ms':>13} {'TTFT p90 ms':>15} {'TPOT p90 ms':>13} {'TPOT mean ms':>13} "
+          f"{'att 200/100':>11} {'att 250/100':>11}   (measured/ours)")
+    for key, r in res["runs"].items():
+        m, o = r["measured"], r.get("ours", {})
+        line = (f"{key:26} {_pair(m['ttft_p50_ms'], o.get('ttft_p50_ms'), 6)} "
+                f"{_pair(m['ttft_p90_ms'], o.get('ttft_p90_ms'), 7)} "
+                f"{_pair(m['tpot_p90_ms'], o.get('tpot_p90_ms'), 6)} "
+                f"{_pair(m['tpot_mean_ms'], o.get('tpot_mean_ms'), 6)} "
+                f"{_pair(m['attainment_align'], o.get('attainment_align'), 5, 2)} "
+                f"{_pair(m['attainment_chatbot'], o.get('attainment_chatbot'), 5, 2)}")
+        if r["status"] != "ok":
+            print(f"{line}  not replayed: {r['status']}")
+            continue
+        print(f"{line}  (largest iteration {r['max_iteration_tokens']} tokens, batch {r['max_batch']})")
+        if "diagnosis" in r:
+            d = r["diagnosis"]
+            ratios = ", ".join(f"{k.removeprefix('ttft_ratio_median_')} {_fmt(v, 2)}" for k, v in d.items()
+                               if k.startswith("ttft_ratio"))
+            (ma, mb), (oa, ob) = d["measured_fit_ms"], d["ours_fit_ms"]
+            print(f"{'':26} TTFT ours/measured, median by prompt tokens: {ratios}; ours queueing "
+                  f"{100 * d['ours_queue_share_of_ttft']:.0f}% of TTFT")
+            print(f"{'':26} TTFT = a + b x prompt (ms): measured {ma:.0f} + {mb:.3f} x, ours {oa:.0f} + "
+                  f"{ob:.3f} x; TTFT min measured/ours {_pair(*d['ttft_min_ms'], 0)}; TPOT p10 of outputs > "
+                  f"{LONG_OUTPUT_TOKENS} tokens measured/ours {_pair(*d['tpot_p10_long_ms'], 0, 1)} ms")
+    for config, c in res["configs"].items():
+        if c.get("measured_only"):
+            gpus = "" if config != "c21d11" else " (fleet of 3 GPUs)"
+            for slo in SLOS:
+                texts = [("not crossed" if g["measured"] is None else f"{g['measured']:.2f}", g["level_pct"])
+                         for g in c[slo.name]["goodput"]]
+                found = ", ".join(f"at {level:g}% {text}" for text, level in texts)
+                print(f"  {config}, measured only{gpus}, {slo.name} SLO, goodput over rates {c['rates']}: "
+                      f"{found}")
+            continue
+        print(f"  {config}, goodput over rates {c['rates']} (ours extended to {c['extended_rates']}):")
+        for slo in SLOS:
+            s = c[slo.name]
+            print(f"    {slo.name} SLO (TTFT {slo.ttft_ms:g} ms, TPOT {slo.tpot_ms:g} ms): "
+                  + "; ".join(_goodput_text(g) for g in s["goodput"]))
+            print(f"      attainment RMSE {s['rmse_pp']:.1f} pp; P90 TTFT and P90 TPOT each within at rates: "
+                  f"measured {s['p90_each_measured'] or 'none'}, ours {s['p90_each_ours'] or 'none'}")
+
+
+def _levels(text: str) -> tuple[float, ...] | None:
+    try:
+        levels = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        levels = ()
+    return levels if levels and all(0 < x <= 100 for x in levels) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help="comma-separated engine profiles (sim/engine_profiles names, none, YAML paths) "
+                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100 and the diagnostic "
+                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml]")
+    parser.add_argument("--runs", default="", help="comma-separated run keys, e.g. vllm-300-3 [all]")
+    parser.add_argument("--implementation", choices=("ideal", "as-published"), default="ideal")
+    default_levels = ",".join(f"{x:g}" for x in ATTAINMENT_PCT)
+    parser.add_argument("--attainment", default=default_levels,
+                        help=f"comma-separated SLO attainments (percent) to read goodput at "
+                        f"[{default_levels}]")
+    parser.add_argument("--diagnose", action="store_true", help="per run: where ours and measured differ")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    runs = load_runs()
+    keys = [k.strip() for k in args.runs.split(",") if k.strip()]
+    known = sorted(r.key for r in runs)
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        print(f"error: --runs: unknown run {unknown[0]!r}; runs: {', '.join(known)}", file=sys.stderr)
+        return 2
+    levels = _levels(args.attainment)
+    if levels is None:
+        print(f"error: --attainment {args.attainment!r}: expected comma-separated percentages in (0, 100], "
+              "e.g. 90,50", file=sys.stderr)
+        return 2
+    if keys:
+        runs = [r for r in runs if r.key in keys]
+    from sim.errors import SimInputError
+    from sim.serving.engine import load_engine
+
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    try:
+        for e in engines:
+            load_engine(e)
+    except SimInputError as exc:
+        print(f"error: --engines: {exc}", file=sys.stderr)
+        return 2
+    results = []
+    for engine in engines:
+        t0 = time.perf_counter()
+        try:
+            res = evaluate(runs, engine, args.implementation, levels, args.diagnose)
+        except SimInputError as exc:  # a whole-step profile of another model or GPU
+            print(f"error: --engines {engine}: {exc}", file=sys.stderr)
+            return 2
+        res["wall_s"] = time.perf_counter() - t0
+        print(f"  engine {engine}: {res['wall_s']:.0f} s", file=sys.stderr)
+        print_engine(res)
+        results.append(res)
+    print("\nmeasured: real runs, client-side times (LLMServe/DistServe@20a1633; "
+          "benchmarks/serving_measured.py); "
+          "ours: simulated on CPU with the runs' exact requests and issue times")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
