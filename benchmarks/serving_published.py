@@ -5,8 +5,9 @@ simulator was set from these rows (held-out checks).
 Each row: where the number is published (paper, section, figure or table, the sentence it is in), the
 model and GPU (registry names), the workload (request lengths), the SLO and capacity criterion the paper
 used, the scheduler(s) its number is about with the settings the published run used, the published value
-and what our run must support to reproduce it (`needs`: "tensor parallelism" is not modelled, so such
-rows are listed and never run).
+and what our run must support to reproduce it (`needs`: features sim.serving lacks, so such rows are
+listed and never run). A row run at tensor parallelism says so in its settings (`tensor_parallel`: GPUs
+per replica, sim/serving/tensor_parallel.py), its baseline's too.
 
 Schedulers, as the papers' systems map onto sim.serving's:
 - vLLM as Sarathi-Serve and DistServe ran it (v0.2-v0.3, before chunked prefill): `prefill-first`
@@ -23,10 +24,12 @@ Schedulers, as the papers' systems map onto sim.serving's:
 Engines (`engine`: the sim/engine_profiles profile of the engine the published run used, sim/serving/
 engine.py): Sarathi-Serve ran its own LLMEngine for both its vLLM baseline and Sarathi-Serve on an A100
 80GB PCIe; Vidur profiled that engine's host time per iteration on an A100 80GB node: `sarathi-serve-a100`
-(added to the step model). DistServe ran vLLM and its own engine on OPT-13B on A100 80GB GPUs and profiled
-both per iteration (whole forward passes, fitted): `distserve-vllm-opt13b-a100` and `distserve-opt13b-a100`,
-whole-step profiles that replace the step model's iteration times, so those rows run on the engine they
-measured. `diagnostics`: other engines each row also runs, printed as diagnostic lines (`none`: the step
+(added to the step model); at tensor parallel 2 (the Yi-34B rows) Vidur's profile of the same engine at
+TP 2, `sarathi-serve-a100-tp2` (its Ray messaging to the workers adds about 6 ms per iteration). DistServe
+ran vLLM and its own engine on OPT-13B on A100 80GB GPUs and profiled both per iteration (whole forward
+passes, fitted): `distserve-vllm-opt13b-a100` and `distserve-opt13b-a100`, whole-step profiles that
+replace the step model's iteration times, so those rows run on the engine they measured. `diagnostics`:
+other engines each row also runs, printed as diagnostic lines (`none`: the step
 model's kernels alone; `sarathi-serve-a100`: the proxy those rows used before).
 """
 
@@ -48,7 +51,7 @@ SHAREGPT_REQUESTS_CSV = Path(__file__).resolve().parent / "data" / "sarathi_shar
 # 8192, so none is clipped).
 
 QUANTITIES = ("capacity_ratio", "goodput_rps", "decode_iteration_s")
-FEATURES = ("tensor parallelism",)
+FEATURES = ("LongBench request lengths",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class PublishedServing:
     engine: the engine profile (sim/engine_profiles) of the published run's engine (module docstring).
     diagnostics: other engine profiles to run the row with, printed as diagnostic lines.
     needs: features sim.serving lacks (FEATURES).
+    tensor_parallel: GPUs per replica of the published run (both its scheduler and its baseline).
     """
 
     key: str
@@ -88,6 +92,7 @@ class PublishedServing:
     diagnostics: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     mapping: str = ""
+    tensor_parallel: int = 1
 
 
 _SARATHI = ("Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve "
@@ -105,6 +110,8 @@ _DISTSERVE_VLLM = {"max_seqs": 1024, "max_batched_tokens": 16384}
 _DISTSERVE_ENGINE = {"max_batched_tokens": 8192, "max_seqs": 1024}
 _VLLM_ENGINE, _DISTSERVE_OWN = "distserve-vllm-opt13b-a100", "distserve-opt13b-a100"
 _KERNELS = ("none", "sarathi-serve-a100")
+# Sarathi-Serve's engine at tensor parallel 2 (Vidur's profile of it, CodeLlama-34B at TP 2): the Yi-34B rows
+_SARATHI_TP2 = "sarathi-serve-a100-tp2"
 # the Mistral-7B capacity runs of Sarathi-Serve (osdi-experiments/figure-5-6/mistral7b_strict.yml)
 _SARATHI_MISTRAL: dict[str, Any] = {
     "model": "mistral-7b", "gpu": "a100-80g-pcie", "gpus_in_paper": "1 A100 80GB PCIe",
@@ -202,16 +209,39 @@ ROWS: tuple[PublishedServing, ...] = (
         "(8192 prompt tokens per prefill batch, 1024 decode sequences); per-GPU goodput = fleet rate / 3",
     ),
     PublishedServing(
+        key="sarathi-table3-yi34b-decode",
+        source=f"{_SARATHI}, section 5.1 and Table 3: the strict P99 TBT SLO is 5x 'the execution time of a "
+        "decode iteration for a request (with prefill length of 4k and 32 batch size) running without any "
+        "prefill interference'; Yi-34B's strict SLO is 0.2 s (microsoft/sarathi-serve osdi-experiments/"
+        "figure-5-6/README.md@02d2567: `--tbt-slo-value 0.2` for yi34b_strict.yml, tensor parallel 2 on A100 "
+        "80GB PCIe GPUs NVLinked in pairs, Azure NC96ads v4)",
+        model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB PCIe, tensor parallel 2",
+        workload={"batch": 32, "context": 4095}, criterion={}, quantity="decode_iteration_s",
+        scheduler="blocking", published=0.040, tensor_parallel=2, engine=_SARATHI_TP2, diagnostics=("none",),
+        published_note="0.2 s / 5 (the SLO is given to one digit: 0.036-0.044 s if 0.2 is rounded to the "
+        "nearest 0.02 s)",
+        mapping="StepCosts.decode_s(32, 4096) at tensor parallel 2: one shard's decode step plus its "
+        "all-reduces; the context is 4095 + the new token, Yi-34B's 4096 positions",
+    ),
+    PublishedServing(
         key="sarathi-5.1-yi34b-strict",
         source=f"{_SARATHI}, section 5.1: 'Sarathi-Serve can sustain [...] 3.7x higher load than vLLM under "
-        "strict SLO (Yi-34B, openchat_sharegpt4)'",
-        model="yi-34b", gpu="a100-80g-pcie", gpus_in_paper="2 A100 80GB, tensor parallel 2",
+        "strict SLO (Yi-34B, openchat_sharegpt4)'; its run: microsoft/sarathi-serve osdi-experiments/"
+        "figure-5-6/yi34_strict.yml@02d2567 (vLLM batch 128, Sarathi-Serve chunk 512 batch 128, the chat "
+        "trace, 2048 requests, tp_dimension 2) with `--tbt-slo-value 0.2` (README.md of that folder)",
+        model="yi-34b", gpu="a100-80g-pcie",
+        gpus_in_paper="2 A100 80GB PCIe (NVLinked pair), tensor parallel 2",
         workload={"requests_csv": "sarathi_sharegpt_2048.csv"},
         criterion={"tbt_p99_s": 0.2, "scheduling_delay_p50_s": 2.0},
         quantity="capacity_ratio", scheduler="chunked", baseline="prefill-first", settings=_SARATHI_SETTINGS,
         baseline_settings=_SARATHI_VLLM, published=3.7, published_note="section 5.1 text",
-        needs=("tensor parallelism",),
-        mapping="not reproducible here: the serving model runs one GPU per replica, no tensor parallelism",
+        tensor_parallel=2, engine=_SARATHI_TP2, diagnostics=("none",),
+        mapping="vLLM (max_num_seqs 128, max_num_batched_tokens 8192) -> prefill-first; Sarathi-Serve "
+        "token budget 512, 128 sequences -> chunked 512; both on replicas of 2 GPUs (tensor parallel 2); "
+        "the trace's requests as they are, up to 8192 tokens: Sarathi-Serve's capacity search sets the "
+        "model's max_model_len to the trace's max_seq_len 8192 (sarathi/benchmark/capacity_search/config/"
+        "config.py:60) and, past Yi-34B's 4096 positions, forces a linear rope scaling instead of refusing "
+        "(sarathi/utils/hf_utils.py:104-117, commit 96f9911)",
     ),
     PublishedServing(
         key="distserve-6.2-summarization",
@@ -222,7 +252,9 @@ ROWS: tuple[PublishedServing, ...] = (
         criterion={"ttft_s": 15.0, "tpot_s": 0.15, "attainment": 0.9},
         quantity="capacity_ratio", scheduler="disaggregated", baseline="prefill-first", published=4.3,
         published_note="section 6.2 text",
-        needs=("tensor parallelism",),
-        mapping="not reproducible here: tensor parallelism (and the LongBench lengths) are not modelled",
+        needs=("LongBench request lengths",), tensor_parallel=4,
+        mapping="not reproducible here: tensor parallelism is modelled (intra-op 4 on the a100-80g-sxm's "
+        "measured a100_dgx all-reduces, or DistServe's profiled OPT-66B steps at TP 4), but the LongBench "
+        "request lengths are not shipped",
     ),
 )

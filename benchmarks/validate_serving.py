@@ -8,8 +8,10 @@ For each row of benchmarks/serving_published.py: the published number, ours on t
 request lengths, Poisson arrivals, the schedulers with the settings the published runs used, the paper's
 own capacity criterion) on the engine the published run used, and their ratio (ours / published; the
 target band is 1/1.3 to 1.3). Rows may also run on other engines (`diagnostics` of the row: `none`, the
-step model's kernels alone), printed as diagnostic lines. Rows needing tensor parallelism print "not
-reproducible here". Nothing here was fitted to these rows.
+step model's kernels alone), printed as diagnostic lines. Rows whose `needs` name a feature the model
+lacks print "not reproducible here". A row run at tensor parallelism (`tensor_parallel`) prices replicas
+of that many GPUs (sim/serving/tensor_parallel.py) and reports its rate per GPU. Nothing here was fitted
+to these rows.
 
 Criteria, as the papers' own code applies them:
 - Sarathi-Serve's capacity: the highest QPS with P99 TBT <= the SLO and median scheduling delay <= 2 s
@@ -164,7 +166,8 @@ def step_costs(row: PublishedServing, lengths: list[tuple[int, int]], implementa
     cfg = SimConfig(model=row.model, hardware=row.gpu, method="dense", input_tokens=longest[0],
                     output_tokens=longest[1], implementation=implementation,
                     hardware_overrides=dict(hardware_set or {}))
-    return StepCosts(cfg, None, engine=row.engine if engine == "as-run" else engine)
+    return StepCosts(cfg, None, engine=row.engine if engine == "as-run" else engine,
+                     tensor_parallel=row.tensor_parallel)
 
 
 def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int]], costs: Any,
@@ -174,7 +177,7 @@ def capacity(row: PublishedServing, baseline: bool, lengths: list[tuple[int, int
     scheduler = str(row.baseline) if baseline else row.scheduler
     settings = row.baseline_settings if baseline else row.settings
     run = runner(scheduler, settings)
-    gpus = sum(int(settings.get(k, 0)) for k in _POOLS) or 1
+    gpus = (sum(int(settings.get(k, 0)) for k in _POOLS) or 1) * row.tensor_parallel
     seen: dict[float, dict[str, float]] = {}
 
     def ok(rate: float) -> bool:
@@ -216,8 +219,9 @@ def evaluate(row: PublishedServing, n_requests: int, implementation: str, seed: 
 
     out: dict[str, Any] = {"key": row.key, "implementation": implementation, "published": row.published,
                            "engine": row.engine if engine == "as-run" else engine}
-    if "tensor parallelism" in row.needs:
-        return {**out, "status": "not reproducible here: needs tensor parallelism (not modelled)"}
+    if row.needs:
+        return {**out, "status": f"not reproducible here: needs {', '.join(row.needs)} (not modelled)"}
+    out["tensor_parallel"] = row.tensor_parallel
     try:
         if row.quantity == "decode_iteration_s":
             w = row.workload
@@ -249,7 +253,8 @@ def _print(results: list[dict[str, Any]], rows: dict[str, PublishedServing]) -> 
         print(f"{r['key']:34} {r['implementation']:12} {row.published:>10.4g} {ours:>10} "
               f"{'' if ratio is None else f'{ratio:.2f}':>9}  {r['status']}{flag}")
         if r.get("ratio") is not None:
-            print(f"{'':34} engine {r['engine']}")
+            tp = r.get("tensor_parallel", 1)
+            print(f"{'':34} engine {r['engine']}" + (f", tensor parallel {tp}" if tp > 1 else ""))
         if r.get("measured"):
             base = f"; baseline {r['baseline_rate_per_gpu']:.3g}/GPU at {r['baseline_measured']}" \
                 if "baseline_rate_per_gpu" in r else ""

@@ -128,6 +128,19 @@ MODELS: dict[str, ModelSpec] = {
             "(DistServe's 13B model)",
         ),
         _spec(
+            name="opt-66b", hf_id="facebook/opt-66b", architecture="opt",
+            n_layers=64, hidden_size=9216, n_qo_heads=72, n_kv_heads=72, head_dim=128, ffn_size=24576,
+            vocab_size=50272, rope_theta=10000.0, max_position_tokens=2048, tied_embeddings=True,
+            qkv_bias=True,
+            source="config.json of facebook/opt-66b, read here from a copy that names it as its source "
+            "(huggingface.co/mit-han-lab/opt-66b-smoothquant config.json, _name_or_path "
+            "/dataset/opt/opt-66b): "
+            "num_hidden_layers 64, hidden_size 9216, num_attention_heads 72 (multi-head attention, head dim "
+            "128), ffn_dim 36864 with a two-matrix ReLU FFN, vocab_size 50272, max_position_embeddings 2048 "
+            "(learned positions: rope_theta unused), tied embeddings. ffn_size 24576 = 2/3 x 36864, as for "
+            "opt-13b. Simulator shape only (DistServe's 66B model, served at tensor parallel 2-8)",
+        ),
+        _spec(
             name="llama-2-7b", hf_id="meta-llama/Llama-2-7b-hf", architecture="llama",
             n_layers=32, hidden_size=4096, n_qo_heads=32, n_kv_heads=32, head_dim=128, ffn_size=11008,
             vocab_size=32000, rope_theta=10000.0, max_position_tokens=4096, tied_embeddings=False,
@@ -178,6 +191,20 @@ MODELS: dict[str, ModelSpec] = {
             "num_hidden_layers 48, hidden_size 4096, num_attention_heads 32, num_key_value_heads 4 (as "
             "ShadowKV's throughput table states), intermediate_size 11008, vocab_size 64000, "
             "max_position_embeddings 262144, rope_theta 1e7 (ShadowKV's throughput model)",
+        ),
+        _spec(
+            name="yi-34b", hf_id="01-ai/Yi-34B", architecture="llama",
+            n_layers=60, hidden_size=7168, n_qo_heads=56, n_kv_heads=8, head_dim=128, ffn_size=20480,
+            vocab_size=64000, rope_theta=5000000.0, max_position_tokens=4096, tied_embeddings=False,
+            qkv_bias=False,
+            source="config.json of 01-ai/Yi-34B (LlamaForCausalLM layout), read here from copies that name "
+            "it as their source (huggingface.co/Locutusque/Hyperion-3.0-Yi-34B config.json, _name_or_path "
+            "'01-ai/Yi-34B'; GreenBitAI/yi-34b-w4a16g32 config.json from a snapshot of "
+            "models--01-ai--Yi-34B): "
+            "num_hidden_layers 60, hidden_size 7168, num_attention_heads 56 (head dim 7168 / 56 = 128), "
+            "num_key_value_heads 8, intermediate_size 20480, vocab_size 64000, max_position_embeddings 4096, "
+            "rope_theta 5e6, untied embeddings, no attention bias (Sarathi-Serve's Yi-34B: "
+            "microsoft/sarathi-serve osdi-experiments/figure-5-6/yi34_strict.yml)",
         ),
     ]
 }

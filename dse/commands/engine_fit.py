@@ -5,7 +5,8 @@ overhead) to one measured low-load run, and write them as an engine profile for 
     dse engine-fit --measured RUN.csv [--run NAME | --where COLUMN=VALUE ...] --model M --hardware H
                    --out PROFILE.yaml [--base-engine none|NAME|FILE]
                    [--scheduler prefill-first|blocking|chunked]
-                   [--max-seqs N] [--max-batched-tokens T] [--chunk-tokens C] [--gpu-memory-utilization F]
+                   [--max-seqs N] [--max-batched-tokens T] [--chunk-tokens C] [--tensor-parallel T]
+                   [--gpu-memory-utilization F]
                    [--implementation ideal|as-published] [--name NAME]
 
 Never imports torch.
@@ -20,7 +21,7 @@ import click
 
 from dse.commands.number_types import number
 from dse.commands.replay_options import gpu_memory_option, implementation_option
-from dse.commands.serve_options import SEQS
+from dse.commands.serve_options import SEQS, TENSOR_PARALLEL
 from traces.numbers import TOKENS
 
 __all__ = ["command"]
@@ -85,14 +86,16 @@ def _print_fit(fit, out: Path, measured: Path) -> None:  # noqa: ANN001 (sim.ser
               help="the server's max_num_batched_tokens (prefill-first) [memory alone]")
 @click.option("--chunk-tokens", type=number(TOKENS), default=512, show_default=True,
               help="chunked: tokens per iteration")
+@click.option("--tensor-parallel", type=number(TENSOR_PARALLEL), default=1, show_default=True,
+              help="GPUs per replica the run was served on (the fitted profile holds at that degree)")
 @gpu_memory_option
 @implementation_option
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="write the fitted profile (YAML)")
 @click.option("--name", default=None, help="the profile's name [the --out file's stem]")
 def command(measured: Path, run_name: str | None, where: tuple[str, ...], model: str, hardware: str,
             base_engine: str, scheduler: str, max_seqs: int | None, max_batched_tokens: int | None,
-            chunk_tokens: int, gpu_memory_utilization: float, implementation: str, out: Path,
-            name: str | None) -> None:
+            chunk_tokens: int, tensor_parallel: int, gpu_memory_utilization: float, implementation: str,
+            out: Path, name: str | None) -> None:
     """Fit a serving engine's overheads to one measured LOW-load run: a per-iteration `server` term (a + b x
     sequences ms, host work every iteration pays) and a per-request overhead (ms between a request's issue
     and its arrival at the engine's queue: API server, tokenisation), on top of --base-engine, by replaying
@@ -114,7 +117,7 @@ def command(measured: Path, run_name: str | None, where: tuple[str, ...], model:
     cfg = SimConfig(model=model, hardware=hardware, method="dense", input_tokens=int(run.prompt_len[longest]),
                     output_tokens=int(run.output_len[longest]), implementation=implementation,
                     gpu_memory_utilization=gpu_memory_utilization)
-    costs = StepCosts(cfg, None, engine=base)
+    costs = StepCosts(cfg, None, engine=base, tensor_parallel=tensor_parallel)
     settings = SchedulerSettings(chunk_tokens=chunk_tokens, max_seqs=max_seqs,
                                  max_batched_tokens=max_batched_tokens)
     source = f"fitted by dse engine-fit to {measured}, run {run.name}, {len(run.prompt_len)} requests"
@@ -128,6 +131,7 @@ def command(measured: Path, run_name: str | None, where: tuple[str, ...], model:
              ("--scheduler", scheduler),
              ("--max-seqs", max_seqs), ("--max-batched-tokens", max_batched_tokens),
              ("--chunk-tokens", chunk_tokens if scheduler == "chunked" else None),
+             ("--tensor-parallel", tensor_parallel if tensor_parallel > 1 else None),
              ("--gpu-memory-utilization", gpu_memory_utilization), ("--implementation", implementation),
              ("--out", out), ("--name", name)]
     given = shlex.join(str(x) for flag, v in flags if v is not None for x in (flag, v))

@@ -7,6 +7,7 @@
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
               [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
               [--engine none|NAME|FILE]
+              [--tensor-parallel T [--prefill-tensor-parallel P] [--decode-tensor-parallel D]]
               [--demand ...] [--implementation ...] [--json FILE]
               [--page-size ... --budget-tokens ... --dense-layers ...] [--set FIELD=VALUE]
               [--option KEY=VALUE] [--software S] [--seed S]
@@ -100,16 +101,16 @@ __all__ = ["command"]
 @click.option(
     "--gpus",
     type=number(GPUS),
-    default=1,
-    show_default=True,
-    help="without --target-rate: serving GPUs (disaggregated: decode GPUs)",
+    default=None,
+    help="without --target-rate: serving GPUs (disaggregated: decode GPUs), a multiple of the GPUs per "
+    "replica [one replica: 1 GPU, or --tensor-parallel's]",
 )
 @click.option(
     "--prefill-gpus",
     type=number(GPUS),
-    default=1,
-    show_default=True,
-    help="without --target-rate, disaggregated: prefill GPUs",
+    default=None,
+    help="without --target-rate, disaggregated: prefill GPUs [one replica: 1 GPU, or its tensor-parallel "
+    "degree's]",
 )
 @click.option(
     "--max-gpus",
@@ -160,14 +161,17 @@ def command(
     target_rate: float | None,
     seeds: int,
     router: str,
-    gpus: int,
-    prefill_gpus: int,
+    gpus: int | None,
+    prefill_gpus: int | None,
     max_gpus: int,
     chunk_tokens: int,
     kv_link_gbps: float,
     max_seqs: int | None,
     max_batched_tokens: int | None,
     engine: str,
+    tensor_parallel: int,
+    prefill_tensor_parallel: int | None,
+    decode_tensor_parallel: int | None,
     n_requests: int | None,
     demand: str | None,
     implementation: str,
@@ -217,7 +221,7 @@ def command(
     from dse.commands.model_options import choose_model
     from dse.commands.replay_options import knobs_given, split_names, what_ifs
     from dse.commands.serve_print import print_serve
-    from dse.commands.serve_rows import ServePlan, fleet_row, rate_row
+    from dse.commands.serve_rows import ServePlan, fleet_row, rate_row, tensor_parallel_settings
     from dse.paths import check_output_file
     from sim import SimInputError
     from sim.replay import DemandSource, Question
@@ -256,7 +260,11 @@ def command(
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
     slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s, token_slo_stat)
-    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens)
+    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens, tensor_parallel)
+    disagg_settings = tensor_parallel_settings(
+        settings, sched, prefill_tensor_parallel, decode_tensor_parallel, gpus, prefill_gpus,
+        fleet=target_rate is not None,
+    )
     plan = ServePlan(
         slos=slos,
         schedulers=sched,
@@ -302,6 +310,9 @@ def command(
         if price and h not in price
     ]
     cands = candidates(base.methods, evidence, dict(base.knobs))
+    tp_costs: list[StepCosts] = []
+    decode_flag = "--decode-tensor-parallel" if decode_tensor_parallel else "--tensor-parallel"
+    prefill_flag = "--prefill-tensor-parallel" if prefill_tensor_parallel else "--tensor-parallel"
     for cand in candidate_answers(base, cands, fixed_demand=demand is not None):
         method, knobs, ev, ans = cand.method, cand.knobs, cand.evidence, cand.answer
         notes += [n for n in ans.table_notes() if n not in notes]
@@ -309,13 +320,26 @@ def command(
         verdict, ref = floor_of(ev, method, dense, min_accuracy_ratio, seed)
         accuracy = accuracy_fields(method, resolved_knobs(knobs, ans), ev, verdict, ref)
         for cell in ans.cells:
-            # shared by the schedulers
-            costs = StepCosts(cell.config, cell.priced_demand, seed, engine_profile)
+            by_degree: dict[int, StepCosts] = {}  # shared by the schedulers
+
+            def costs_at(degree: int, flag: str, cell=cell, by_degree=by_degree) -> StepCosts:
+                if degree not in by_degree:
+                    by_degree[degree] = StepCosts(
+                        cell.config, cell.priced_demand, seed, engine_profile, degree, flag
+                    )
+                    tp_costs.append(by_degree[degree])
+                return by_degree[degree]
+
             for s in sched:
+                if s == "disaggregated":
+                    costs = costs_at(disagg_settings.tensor_parallel, decode_flag)
+                    pre: StepCosts | None = costs_at(disagg_settings.prefill_tp, prefill_flag)
+                else:
+                    costs, pre = costs_at(settings.tensor_parallel, "--tensor-parallel"), None
                 row = (
-                    fleet_row(costs, s, plan, cell.hardware, input_tokens, output_tokens)
+                    fleet_row(costs, s, plan, cell.hardware, input_tokens, output_tokens, pre)
                     if target_rate is not None
-                    else rate_row(costs, s, plan, input_tokens, output_tokens)
+                    else rate_row(costs, s, plan, input_tokens, output_tokens, pre)
                 )
                 results.append(
                     {
@@ -351,10 +375,12 @@ def command(
         "target_rate_per_s": target_rate,
         "seeds": seeds if target_rate is not None else 1,
         "router": router,
-        "gpus": gpus,
-        "prefill_gpus": prefill_gpus,
+        "gpus": gpus or settings.tensor_parallel,
+        "prefill_gpus": prefill_gpus or disagg_settings.prefill_tp,
         "max_gpus": max_gpus,
-        "schedulers": {s: scheduler_model(s, settings) for s in sched},
+        "schedulers": {
+            s: scheduler_model(s, disagg_settings if s == "disaggregated" else settings) for s in sched
+        },
         "engine": {"name": engine_profile.name, "text": engine_profile.label(), "file": engine_profile.path},
         "demand": {
             "label": "; ".join(labels),
@@ -369,6 +395,14 @@ def command(
         "validation_bands": {r["method"]: r["validation_band"] for r in results},
         "notes": notes,
     }
+    degrees = {settings.tensor_parallel, disagg_settings.tensor_parallel, disagg_settings.prefill_tp}
+    if degrees != {1}:
+        payload["tensor_parallel"] = {
+            "degree": tensor_parallel,
+            "prefill_degree": disagg_settings.prefill_tp if "disaggregated" in sched else None,
+            "decode_degree": disagg_settings.tensor_parallel if "disaggregated" in sched else None,
+            "text": sorted({c.tp.label() for c in tp_costs if c.tp.degree > 1}),
+        }
     if json_path is not None:
         from dse.paths import write_text
 

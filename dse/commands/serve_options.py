@@ -15,6 +15,7 @@ __all__ = ["slo_options", "scheduler_options"]
 
 SEQS = Range(1, 1 << 16, integer=True, unit="sequences", why="at most 65536 per GPU")
 LINK_GBPS = Range(0, 1e5, lo_open=True, unit="GB/s")
+TENSOR_PARALLEL = Range(1, 64, integer=True, unit="GPUs per replica", why="at most 64")
 
 
 def _apply(command: Callable, options: list[Callable]) -> Callable:
@@ -50,7 +51,8 @@ def slo_options(command: Callable) -> Callable:
 
 
 def scheduler_options(command: Callable) -> Callable:
-    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens, --engine."""
+    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens, --engine,
+    --tensor-parallel, --prefill-tensor-parallel, --decode-tensor-parallel."""
     return _apply(command, [
         click.option(
             "--scheduler", "schedulers", default="blocking,chunked,disaggregated", show_default=True,
@@ -89,6 +91,22 @@ def scheduler_options(command: Callable) -> Callable:
             "engine), or a whole-step profile that replaces the step model's iteration times on the model "
             "and GPU it was measured on (distserve-vllm-opt13b-a100, distserve-opt13b-a100: DistServe's "
             "profiles of vLLM and of its engine, OPT-13B on an A100 80GB), or a path to such a YAML file; "
-            "NAME@low or NAME@high puts every term at that end of its range",
+            "NAME@low or NAME@high puts every term at that end of its range. A profile prices the tensor-"
+            "parallel degree it was measured at: the NAME-tpN profiles in sim/engine_profiles (e.g. "
+            "sarathi-serve-a100-tp2, distserve-opt66b-a100-tp4) serve --tensor-parallel N",
+        ),
+        click.option(
+            "--tensor-parallel", type=number(TENSOR_PARALLEL), default=1, show_default=True,
+            help="GPUs per replica (Megatron-style tensor parallelism as vLLM runs it: each GPU holds 1/T of "
+            "the heads, FFN and vocabulary and its heads' KV; two all-reduces per layer priced from measured "
+            "NCCL times, sim/interconnect_profiles); GPU counts and prices are replicas x T",
+        ),
+        click.option(
+            "--prefill-tensor-parallel", type=number(TENSOR_PARALLEL), default=None,
+            help="disaggregated: GPUs per prefill replica [--tensor-parallel]",
+        ),
+        click.option(
+            "--decode-tensor-parallel", type=number(TENSOR_PARALLEL), default=None,
+            help="disaggregated: GPUs per decode replica [--tensor-parallel]",
         ),
     ])

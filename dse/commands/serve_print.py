@@ -177,6 +177,8 @@ def print_serve(payload: dict) -> None:
     for text in payload["schedulers"].values():
         console.print(f"  scheduler {text}")
     console.print(f"  engine {payload['engine']['text']} (--engine; host time added to every iteration)")
+    for text in payload.get("tensor_parallel", {}).get("text", []):
+        console.print(f"  {text}; GPUs below are replicas x GPUs per replica")
     fleet = payload["mode"] == "fewest GPUs at the target rate"
     console.print(_fleet_table(payload) if fleet else _rate_table(payload))
     _print_failures(console, payload, fleet)

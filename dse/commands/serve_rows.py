@@ -6,9 +6,10 @@ profile has a price. Never imports torch."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sim.errors import SimInputError
 from sim.serving import (
     Request,
     SchedulerSettings,
@@ -20,7 +21,7 @@ from sim.serving import (
     simulate,
 )
 
-__all__ = ["ServePlan", "rate_row", "fleet_row", "fleet_requests"]
+__all__ = ["ServePlan", "rate_row", "fleet_row", "fleet_requests", "tensor_parallel_settings"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class ServePlan:
     schedulers: tuple[str, ...]
     router: str
     settings: SchedulerSettings
-    gpus: int
-    prefill_gpus: int
+    gpus: int | None  # None: one replica
+    prefill_gpus: int | None
     n_requests: int | None  # None: the fleet search's default (fleet_requests)
     seed: int
     seeds: int
@@ -50,33 +51,76 @@ def fleet_requests(costs: StepCosts, rate: float, input_tokens: int, output_toke
     return max(200, math.ceil(4 * rate * lifetime_s))
 
 
-def _fleet_gpus(plan: ServePlan, scheduler: str) -> dict[str, int]:
+def tensor_parallel_settings(
+    settings: SchedulerSettings,
+    schedulers: tuple[str, ...],
+    prefill_tp: int | None,
+    decode_tp: int | None,
+    gpus: int | None,
+    prefill_gpus: int | None,
+    fleet: bool,
+) -> SchedulerSettings:
+    """The disaggregated scheduler's settings: its decode and prefill pools' tensor-parallel degrees
+    (--decode-tensor-parallel, --prefill-tensor-parallel; default --tensor-parallel). Refuses the pool
+    flags without the disaggregated scheduler, and (without --target-rate) --gpus / --prefill-gpus that
+    are not whole replicas."""
+    if (prefill_tp or decode_tp) and "disaggregated" not in schedulers:
+        flag = "--prefill-tensor-parallel" if prefill_tp else "--decode-tensor-parallel"
+        raise SimInputError(
+            f"{flag} sets one pool of the disaggregated scheduler; give it with --scheduler disaggregated, "
+            "or use --tensor-parallel for every replica"
+        )
+    out = replace(settings, tensor_parallel=decode_tp or settings.tensor_parallel,
+                  prefill_tensor_parallel=prefill_tp or settings.tensor_parallel)
+    if not fleet:
+        checks = [("--gpus", gpus, "--tensor-parallel", settings.tensor_parallel)]
+        if "disaggregated" in schedulers:
+            checks += [("--gpus", gpus, "--decode-tensor-parallel", out.tensor_parallel),
+                       ("--prefill-gpus", prefill_gpus, "--prefill-tensor-parallel", out.prefill_tp)]
+        for flag, n, tp_flag, t in checks:
+            if n is not None and n % t:
+                raise SimInputError(
+                    f"{flag} {n}: a fleet is made of replicas of {t} GPUs ({tp_flag} {t}), so its GPUs must "
+                    f"be a multiple of {t}; give e.g. {flag} {max(t, n - n % t)}"
+                )
+    return out
+
+
+def _fleet_gpus(plan: ServePlan, scheduler: str, tp: int, prefill_tp: int) -> dict[str, int]:
+    """The GPUs of a fixed fleet: --gpus and --prefill-gpus, one replica of each pool when not given."""
+    gpus = plan.gpus or tp
     if scheduler == "disaggregated":
-        return {
-            "prefill_gpus": plan.prefill_gpus,
-            "gpus": plan.gpus,
-            "total_gpus": plan.prefill_gpus + plan.gpus,
-        }
-    return {"prefill_gpus": 0, "gpus": plan.gpus, "total_gpus": plan.gpus}
+        pre = plan.prefill_gpus or prefill_tp
+        return {"prefill_gpus": pre, "gpus": gpus, "total_gpus": pre + gpus}
+    return {"prefill_gpus": 0, "gpus": gpus, "total_gpus": gpus}
 
 
 def rate_row(
-    costs: StepCosts, scheduler: str, plan: ServePlan, input_tokens: int, output_tokens: int
+    costs: StepCosts,
+    scheduler: str,
+    plan: ServePlan,
+    input_tokens: int,
+    output_tokens: int,
+    prefill_costs: StepCosts | None = None,
 ) -> dict[str, Any]:
-    """A requests file replayed, a fixed Poisson rate, or the highest rate meeting the SLOs."""
-    gpus = _fleet_gpus(plan, scheduler)
+    """A requests file replayed, a fixed Poisson rate, or the highest rate meeting the SLOs; a replica is
+    `costs.tp.degree` GPUs (the prefill pool's: `prefill_costs`)."""
+    pre = prefill_costs or costs
+    gpus = _fleet_gpus(plan, scheduler, costs.tp.degree, pre.tp.degree)
+    replicas, prefill_replicas = gpus["gpus"] // costs.tp.degree, gpus["prefill_gpus"] // pre.tp.degree
     n = plan.n_requests or 100
     slos = plan.slos
 
     def run(reqs: list[Request]) -> Any:
         return simulate(
-            reqs, costs, scheduler, gpus["gpus"], gpus["prefill_gpus"], plan.router, plan.settings
+            reqs, costs, scheduler, replicas, prefill_replicas, plan.router, plan.settings,
+            prefill_costs=prefill_costs,
         )
 
     def run_at(rate: float) -> Any:
         return run(poisson_requests(rate, n, input_tokens, output_tokens, plan.seed))
 
-    row: dict[str, Any] = {"scheduler": scheduler, **gpus}
+    row: dict[str, Any] = {"scheduler": scheduler, **gpus, **_tp_fields(costs, pre, scheduler)}
     if plan.fixed is not None or plan.arrival_rate is not None:
         res = run(plan.fixed) if plan.fixed is not None else run_at(plan.arrival_rate)
         fails = res.failures(slos)
@@ -100,10 +144,26 @@ def rate_row(
     return row
 
 
+def _tp_fields(costs: StepCosts, prefill_costs: StepCosts, scheduler: str) -> dict[str, int]:
+    """The row's tensor-parallel degrees, only when one is over 1 (rows at 1 read as before)."""
+    pre = prefill_costs.tp.degree if scheduler == "disaggregated" else 0
+    if costs.tp.degree == 1 and pre <= 1:
+        return {}
+    out = {"tensor_parallel": costs.tp.degree}
+    return out | ({"prefill_tensor_parallel": pre} if pre else {})
+
+
 def fleet_row(
-    costs: StepCosts, scheduler: str, plan: ServePlan, hardware: str, input_tokens: int, output_tokens: int
+    costs: StepCosts,
+    scheduler: str,
+    plan: ServePlan,
+    hardware: str,
+    input_tokens: int,
+    output_tokens: int,
+    prefill_costs: StepCosts | None = None,
 ) -> dict[str, Any]:
-    """The fewest GPUs meeting the SLOs at --target-rate over --seeds seeds, and their price."""
+    """The fewest GPUs meeting the SLOs at --target-rate over --seeds seeds, and their price (GPUs =
+    replicas x their tensor-parallel degree)."""
     rate = plan.target_rate
     assert rate is not None
     n = plan.n_requests or fleet_requests(costs, rate, input_tokens, output_tokens, plan.slos)
@@ -120,8 +180,10 @@ def fleet_row(
         plan.router,
         plan.settings,
         plan.max_gpus,
+        prefill_costs,
     )
     row: dict[str, Any] = {"scheduler": scheduler, "mode": "fewest GPUs at the target rate", **ans.to_dict()}
+    row.update(_tp_fields(costs, prefill_costs or costs, scheduler))
     met = ans.met
     at = [a.stats for a in met]
     row["ttft_p99_s_max"] = max((s["ttft_p99_s"] for s in at), default=None)

@@ -15,6 +15,7 @@ A profile is a YAML file `sim/engine_profiles/<name>.yaml` (or any path to such 
 
     name: <the file's stem>
     description: <one line: which engine, GPU and model it was measured on>
+    tensor_parallel: <GPUs per replica it was measured at; default 1: it prices that degree only>
     terms:                                      # host time per iteration
       <term>:                                   # e.g. schedule, sampler_e2e, process_model_outputs
         points_ms: [[<sequences>, <ms>], ...]   # per-iteration milliseconds at that many sequences in the
@@ -64,7 +65,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import SimInputError
-from sim.serving.engine_steps import DecodeSegment, StepTime
+from sim.serving.engine_steps import DecodeSegment, StepTime, StepTimeRefused
 from sim.yaml_io import FileReadError, load_yaml, read_text_file
 
 __all__ = ["EngineProfile", "EngineTerm", "EngineError", "DEFAULT_ENGINE", "load_engine", "list_engines",
@@ -109,6 +110,7 @@ class EngineProfile:
     terms: tuple[EngineTerm, ...] = ()
     path: str = field(default="", compare=False)
     step_time: StepTime | None = None
+    tensor_parallel: int | None = 1  # GPUs per replica it was measured at (None: any, `none`)
     request_overhead_ms: float = 0.0
     request_overhead_source: str = ""
     request_overhead_range: tuple[float, float] = (1.0, 1.0)
@@ -148,8 +150,24 @@ class EngineProfile:
         )
         overhead_ms = self.request_overhead_ms * self.request_overhead_range[i]
         return EngineProfile(f"{self.name} ({end} end)", self.description, terms, self.path,
-                             request_overhead_ms=overhead_ms,
+                             tensor_parallel=self.tensor_parallel, request_overhead_ms=overhead_ms,
                              request_overhead_source=self.request_overhead_source)
+
+    def check_tensor_parallel(self, degree: int, flag: str = "--tensor-parallel") -> None:
+        """Refuse a tensor-parallel degree this profile was not measured at: its host time (Ray messaging
+        to the workers grows from 0.3 to 6 ms per iteration from TP 1 to 2 in Vidur's profile) or whole
+        steps (collectives included) hold at that degree only."""
+        if self.tensor_parallel is None or degree == self.tensor_parallel:
+            return
+        base = self.name.split(" (")[0].removesuffix(f"-tp{self.tensor_parallel}")
+        want = base if degree == 1 else f"{base}-tp{degree}"
+        shipped = want in list_engines()
+        raise StepTimeRefused(
+            f"{flag} {degree}: --engine {self.name} was measured at tensor parallel {self.tensor_parallel} "
+            f"only; " + (f"use --engine {want}, its profile at {degree}, " if shipped else
+                         f"no shipped profile of it is at {degree}; use ")
+            + "another engine profile measured at that degree, or none (kernels only)"
+        )
 
     def label(self) -> str:
         """The engine an answer assumes, in words."""
@@ -158,7 +176,7 @@ class EngineProfile:
         return f"{self.name} ({self.prices}{overhead}): {self.description}"
 
 
-NONE = EngineProfile(DEFAULT_ENGINE, "kernels only: no per-iteration engine host time")
+NONE = EngineProfile(DEFAULT_ENGINE, "kernels only: no per-iteration engine host time", tensor_parallel=None)
 
 
 class _Strict(BaseModel):
@@ -208,7 +226,8 @@ class _OverheadFile(_Strict):
 class _PrefillFile(_Strict):
     fixed_ms: float = Field(allow_inf_nan=False, strict=True)
     per_token_ms: _Ms
-    per_token_squared_ms: _Ms = 0.0
+    # any finite number: a fitted curvature may be negative (DistServe's OPT-66B vLLM fit at TP 2)
+    per_token_squared_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
     constant_ms: float = Field(default=0.0, allow_inf_nan=False, strict=True)
 
 
@@ -247,6 +266,7 @@ class _StepTimeFile(_Strict):
 class _ProfileFile(_Strict):
     name: _Text
     description: _Text
+    tensor_parallel: Annotated[int, Field(ge=1, le=64, strict=True)] = 1
     terms: dict[str, _TermFile] | None = None
     step_time: _StepTimeFile | None = None
     request_overhead: _OverheadFile | None = None
@@ -262,8 +282,8 @@ class _ProfileFile(_Strict):
 
 
 _VALID_KEYS = {
-    _ProfileFile: "name, description, terms (term -> {points_ms, source, range}) or step_time, "
-    "request_overhead ({ms, source, range})",
+    _ProfileFile: "name, description, tensor_parallel, terms (term -> {points_ms, source, range}) or "
+    "step_time, request_overhead ({ms, source, range})",
     _OverheadFile: "ms (per request, >= 0), source (where the number is from), range ([low, high] scale "
     "factors, required for an estimate)",
     _TermFile: "points_ms ([[sequences, ms], ...]), source (where the numbers are from), range ([low, high] "
@@ -346,7 +366,7 @@ def _build(raw: object, origin: str, stem: str | None) -> EngineProfile:
         "request_overhead_range": tuple(o.range) if o.range is not None else (1.0, 1.0),
     }
     return EngineProfile(f.name.strip(), " ".join(f.description.split()), terms, origin, step,
-                         **overhead)  # type: ignore[arg-type]
+                         f.tensor_parallel, **overhead)  # type: ignore[arg-type]
 
 
 def list_engines() -> list[str]:

@@ -100,7 +100,8 @@ class EngineFit:
             if t.range != (1.0, 1.0):
                 entry["range"] = [float(x) for x in t.range]
             terms[t.name] = entry
-        doc: dict[str, Any] = {"name": p.name, "description": p.description, "terms": terms,
+        doc: dict[str, Any] = {"name": p.name, "description": p.description,
+                               "tensor_parallel": p.tensor_parallel, "terms": terms,
                                "request_overhead": {"ms": round(p.request_overhead_ms, 6),
                                                     "source": p.request_overhead_source}}
         body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
@@ -187,13 +188,14 @@ def saturation_warnings(run: MeasuredRun, ours: dict[str, np.ndarray], costs: St
     return [f"{w}; fit overheads on a low-load run (TTFT mostly the request's own prefill)" for w in out]
 
 
-def _candidate(base: EngineProfile, name: str, description: str, source: str,
-               x: np.ndarray) -> EngineProfile:
+def _candidate(base: EngineProfile, name: str, description: str, source: str, x: np.ndarray,
+               tensor_parallel: int) -> EngineProfile:
     a, b, r = (float(v) for v in x)
     n = REFERENCE_SEQUENCES
     server = EngineTerm(SERVER_TERM, (1, n), (a + b, a + b * n),
                         f"{source}: {a:.3f} ms + {b:.4f} ms per sequence per iteration")
-    return EngineProfile(name, description, (*base.terms, server), "", None, r, f"{source}: {r:.2f} ms")
+    return EngineProfile(name, description, (*base.terms, server), tensor_parallel=tensor_parallel,
+                         request_overhead_ms=r, request_overhead_source=f"{source}: {r:.2f} ms")
 
 
 def check_base(base: EngineProfile) -> None:
@@ -227,11 +229,12 @@ def fit_engine(run: MeasuredRun, costs: StepCosts, base: EngineProfile, schedule
     desc = description or (f"{base.description}; plus a per-iteration server term and a per-request "
                            f"overhead {source}")
     evaluations = 0
+    degree = costs.tp.degree  # the fitted terms hold at the degree the run was served at
 
     def error(x: np.ndarray) -> float:
         nonlocal evaluations
         evaluations += 1
-        ours = replay(run, costs, _candidate(base, name, desc, source, x), scheduler, settings)
+        ours = replay(run, costs, _candidate(base, name, desc, source, x, degree), scheduler, settings)
         z = np.concatenate([_log_ratio(ours["ttft_ms"][ttft_ok], run.ttft_ms[ttft_ok]),
                             _log_ratio(ours["tpot_ms"][tpot_ok], run.tpot_ms[tpot_ok])]) / LOG_SCALE
         return float(np.sum(2.0 * (np.sqrt(1.0 + z * z) - 1.0)))  # soft-L1
@@ -244,7 +247,7 @@ def fit_engine(run: MeasuredRun, costs: StepCosts, base: EngineProfile, schedule
                         options={"xatol": 1e-3, "fatol": 1e-9, "maxfev": 400})
     best = polished.x if polished.fun <= found.fun else found.x
     at_base = replay(run, costs, base, scheduler, settings)
-    profile = _candidate(base, name, desc, source, best)
+    profile = _candidate(base, name, desc, source, best, degree)
     at_fit = replay(run, costs, profile, scheduler, settings)
     a, b, r = (float(v) for v in best)
     return EngineFit(profile, a, b, r, run.name, len(run.prompt_len), evaluations,

@@ -11,7 +11,8 @@ work and messaging), fitted per iteration shape, which replaces the step model's
 
 in milliseconds. This is the form of DistServe's simulator's estimator (LLMServe/DistServe simdistserve/
 estimators/time_estimator.py:26-75) and its Ray overhead (simdistserve/base/worker.py:145-149). Such a
-profile is measured on one model, GPU and method (dense): it prices only that combination, and it has no
+profile is measured on one model, GPU, method (dense) and tensor-parallel degree (the profile's
+`tensor_parallel`; its times include the collectives): it prices only that combination, and it has no
 mixed (decode + prefill chunk) iteration, so the chunked scheduler refuses it.
 """
 
@@ -26,7 +27,8 @@ __all__ = ["DecodeSegment", "StepTime", "StepTimeRefused"]
 
 
 class StepTimeRefused(SimInputError):
-    """A whole-step engine profile asked to price what it was not measured on."""
+    """An engine profile asked to price what it was not measured on (a whole-step profile's model, GPU,
+    method or mixed iterations; any profile's tensor-parallel degree)."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 `simulate(requests, costs, scheduler, replicas, ...)` routes each request at its arrival (sim/serving/
 router.py) to one of `replicas` GPUs running `scheduler` (`blocking`, `prefill-first`, `chunked`), or,
 `disaggregated`, to one of `prefill_replicas` prefill GPUs whose KV then goes to one of `replicas` decode
-GPUs (the same router kind picks both). `serve(requests, costs)` is one GPU, blocking. Both are pure:
+GPUs (the same router kind picks both). A replica is one GPU, or with tensor parallelism the `t` GPUs
+`costs` prices as one (sim/serving/tensor_parallel.py); disaggregated, `prefill_costs` prices the prefill
+replicas (their own tensor-parallel degree, as DistServe allows), `costs` the decode replicas.
+`serve(requests, costs)` is one GPU, blocking. Both are pure:
 same inputs, same result. With `slos` and `stop_early` the run ends once one SLO is certainly broken
 (sim/serving/slos.py).
 """
@@ -30,13 +33,18 @@ from sim.serving.step_costs import StepCosts
 __all__ = ["simulate", "serve", "check_fits_alone"]
 
 
+def _tp_text(costs: StepCosts) -> str:
+    return f" at tensor parallel {costs.tp.degree}" if costs.tp.degree > 1 else ""
+
+
 def check_fits_alone(requests: list[Request], costs: StepCosts) -> None:
     for r in requests:
         g, h = costs.per_seq_bytes(r.input_tokens, r.output_tokens)
         if costs.gpu_fixed_bytes + g > costs.gpu_capacity_bytes or h > costs.host_capacity_bytes:
             raise SimInputError(
                 f"a request of {r.input_tokens} input + {r.output_tokens} output tokens does not fit memory "
-                f"alone on {costs.cfg.hardware} with {costs.cfg.method}: shorten it or pick a larger GPU"
+                f"alone on {costs.cfg.hardware} with {costs.cfg.method}{_tp_text(costs)}: shorten it, pick a "
+                "larger GPU, or split the model over more GPUs per replica (--tensor-parallel T)"
             )
 
 
@@ -61,9 +69,12 @@ def simulate(
     settings: SchedulerSettings | None = None,
     slos: Slos | None = None,
     stop_early: bool = False,
+    prefill_costs: StepCosts | None = None,
 ) -> ServingResult:
-    """Serve `requests` on the fleet (module docstring)."""
+    """Serve `requests` on the fleet (module docstring); `prefill_costs` (disaggregated): the prefill
+    replicas' costs, `costs` by default."""
     settings = settings or SchedulerSettings()
+    pre = prefill_costs or costs
     check_scheduler(scheduler)
     if scheduler == "chunked" and costs.step_time is not None:
         raise costs.step_time.refuse_mixed(costs.engine_profile.name)
@@ -94,10 +105,10 @@ def simulate(
         decoders = [DecodeReplica(env, book, costs, cap) for _ in range(replicas)]
         gpus = list(decoders)
         decode_router = Router(router, decoders)
-        slots = park_slots(costs, max(r.input_tokens for r in requests))
+        slots = park_slots(pre, max(r.input_tokens for r in requests))
         front = [
             PrefillWorker(
-                env, book, costs, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
+                env, book, pre, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
                 settings.max_batched_tokens,
             )
             for _ in range(prefill_replicas)
@@ -106,7 +117,7 @@ def simulate(
             env.process(worker.run())
     for gpu in gpus:
         env.process(gpu.run())
-    overhead_s = costs.engine_profile.request_overhead_s
+    overhead_s = pre.engine_profile.request_overhead_s  # the pool requests arrive at
     env.process(_arrivals(env, requests, Router(router, front), front, overhead_s))
     env.run(until=book.stop)
     return ServingResult.from_ledger(book, scheduler)

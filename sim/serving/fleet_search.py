@@ -17,6 +17,9 @@ from both floors (later seeds: the previous answer) by half in the pool whose wa
 per-token failure grows the decode pool; TTFT or queueing grows the pool whose p99 wait is larger); then
 the fewest total GPUs over every split, exact when meeting the SLOs is monotone in each pool
 (pool_search.fewest_total).
+With tensor parallelism the searches count replicas of `t` GPUs (disaggregated: each pool its own `t`),
+the floors are in replicas (a replica's prefill and decode are one shard's, with its collectives), and
+the answer is in GPUs (replicas x t; the fewest GPUs over the splits when the pools' degrees differ).
 """
 
 from __future__ import annotations
@@ -40,27 +43,41 @@ __all__ = ["FleetPoint", "FleetAnswer", "fewest_gpus", "decode_floor"]
 
 @dataclass(frozen=True)
 class FleetPoint:
-    """One simulated fleet: its GPUs and whether it met the SLOs (else what broke)."""
+    """One simulated fleet: its replicas (each `tp` GPUs; `prefill_tp` in the prefill pool) and whether it
+    met the SLOs (else what broke)."""
 
-    prefill_gpus: int  # disaggregated: the prefill pool; 0 otherwise
-    gpus: int  # serving GPUs (blocking, chunked) or the decode pool
+    prefill_replicas: int  # disaggregated: the prefill pool; 0 otherwise
+    replicas: int  # serving replicas (blocking, chunked) or the decode pool
     meets: bool
     failures: tuple[Failure, ...]
     stats: dict[str, Any]
+    prefill_tp: int = 1  # GPUs per prefill replica (tensor-parallel degree)
+    tp: int = 1  # GPUs per serving / decode replica
+
+    @property
+    def prefill_gpus(self) -> int:
+        return self.prefill_replicas * self.prefill_tp
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp
 
     @property
     def total(self) -> int:
+        """GPUs of the fleet."""
         return self.prefill_gpus + self.gpus
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "prefill_gpus": self.prefill_gpus,
             "gpus": self.gpus,
             "total_gpus": self.total,
-            "meets": self.meets,
-            "failures": [f.to_dict() for f in self.failures],
-            "stats": self.stats,
         }
+        if self.tp > 1 or self.prefill_tp > 1:
+            out.update(prefill_replicas=self.prefill_replicas, replicas=self.replicas,
+                       prefill_tensor_parallel=self.prefill_tp, tensor_parallel=self.tp)
+        out.update(meets=self.meets, failures=[f.to_dict() for f in self.failures], stats=self.stats)
+        return out
 
 
 @dataclass
@@ -71,7 +88,7 @@ class FleetAnswer:
     n_requests: int
     seeds: tuple[int, ...]
     answers: list[FleetPoint | None]  # per seed: the fewest GPUs meeting the SLOs (None: none within cap)
-    binding: list[FleetPoint | None]  # per seed: the fleet one GPU smaller that failed (what binds)
+    binding: list[FleetPoint | None]  # per seed: the fleet one replica smaller that failed (what binds)
     impossible: Failure | None = None  # no fleet can meet the per-token SLO
     evaluations: int = 0
     notes: list[str] = field(default_factory=list)
@@ -158,6 +175,7 @@ class _Evaluator:
         settings: SchedulerSettings,
         slos: Slos,
         requests: list,
+        prefill_costs: StepCosts | None = None,
     ) -> None:
         self.costs, self.scheduler, self.router, self.settings, self.slos = (
             costs,
@@ -166,17 +184,25 @@ class _Evaluator:
             settings,
             slos,
         )
+        self.prefill_costs = prefill_costs or costs
+        self.tp, self.prefill_tp = costs.tp.degree, self.prefill_costs.tp.degree
         self.requests = requests
         self.points: dict[tuple[int, int], FleetPoint] = {}
         self.waits: dict[tuple[int, int], tuple[float, float]] = {}  # p99 prefill queueing, decode wait
         self.last = (0, 0)  # the largest fleet tried, when none met the SLOs
 
-    def _run(self, prefill_gpus: int, gpus: int, stop_early: bool) -> tuple[FleetPoint, ServingResult]:
-        res = simulate(self.requests, self.costs, self.scheduler, gpus, prefill_gpus, self.router,
-                       self.settings, self.slos, stop_early=stop_early)
+    def gpus_of(self, prefill_replicas: int, replicas: int) -> int:
+        return prefill_replicas * self.prefill_tp + replicas * self.tp
+
+    def _run(
+        self, prefill_replicas: int, replicas: int, stop_early: bool
+    ) -> tuple[FleetPoint, ServingResult]:
+        res = simulate(self.requests, self.costs, self.scheduler, replicas, prefill_replicas, self.router,
+                       self.settings, self.slos, stop_early=stop_early, prefill_costs=self.prefill_costs)
         fails = tuple(res.failures(self.slos))
         stats = res.stats(self.slos.ttft_s, self.slos.token_s if self.slos.token_slo == "TPOT" else None)
-        return FleetPoint(prefill_gpus, gpus, not fails, fails, stats), res
+        point = FleetPoint(prefill_replicas, replicas, not fails, fails, stats, self.prefill_tp, self.tp)
+        return point, res
 
     def __call__(self, prefill_gpus: int, gpus: int) -> FleetPoint:
         key = (prefill_gpus, gpus)
@@ -205,7 +231,7 @@ def _first_meeting(
         pt = ev(p, d)
         if pt.meets:
             return p, d
-        if p + d >= cap:
+        if ev.gpus_of(p, d) >= cap:
             ev.last = (p, d)
             return None
         worst = pt.failures[0].slo if pt.failures else "TPOT"
@@ -222,7 +248,7 @@ def _disaggregated(
     start = _first_meeting(ev, p_floor, d_floor, cap, hint)
     if start is None:
         return None
-    p, d = fewest_total(lambda a, b: ev(a, b).meets, start, (p_floor, d_floor))
+    p, d = fewest_total(lambda a, b: ev(a, b).meets, start, (p_floor, d_floor), (ev.prefill_tp, ev.tp))
     return ev(p, d)
 
 
@@ -238,9 +264,12 @@ def fewest_gpus(
     router: str = "least-loaded",
     settings: SchedulerSettings | None = None,
     max_gpus: int = 512,
+    prefill_costs: StepCosts | None = None,
 ) -> FleetAnswer:
-    """The fewest GPUs meeting `slos` at `rate_per_s` for each seed (module docstring)."""
+    """The fewest GPUs meeting `slos` at `rate_per_s` for each seed (module docstring); a replica is
+    `costs.tp.degree` GPUs (disaggregated: the prefill pool's, `prefill_costs`, default `costs`)."""
     settings = settings or SchedulerSettings()
+    pre = prefill_costs or costs
     answer = FleetAnswer(scheduler, router, rate_per_s, n_requests, tuple(seeds), [], [])
     d_floor, best_tps = decode_floor(costs, rate_per_s, input_tokens, output_tokens, slos.token_s)
     if d_floor == 0:
@@ -254,19 +283,19 @@ def fewest_gpus(
         answer.answers = [None] * len(seeds)
         answer.binding = [None] * len(seeds)
         return answer
-    p_floor = max(1, math.ceil(rate_per_s * costs.prefill_s(input_tokens)))
+    p_floor = max(1, math.ceil(rate_per_s * pre.prefill_s(input_tokens)))
     hint: tuple[int, int] | None = None
     for seed in seeds:
         reqs = poisson_requests(rate_per_s, n_requests, input_tokens, output_tokens, seed)
-        ev = _Evaluator(costs, scheduler, router, settings, slos, reqs)
+        ev = _Evaluator(costs, scheduler, router, settings, slos, reqs, pre)
         if scheduler == "disaggregated":
             found = _disaggregated(ev, p_floor, d_floor, max_gpus, hint)
             if found is not None:
-                hint = (found.prefill_gpus, found.gpus)
+                hint = (found.prefill_replicas, found.replicas)
                 below = [
-                    ev(found.prefill_gpus - k, found.gpus - (1 - k))
+                    ev(found.prefill_replicas - k, found.replicas - (1 - k))
                     for k in (1, 0)
-                    if found.prefill_gpus - k >= 1 and found.gpus - (1 - k) >= 1
+                    if found.prefill_replicas - k >= 1 and found.replicas - (1 - k) >= 1
                 ]
                 fails = [b for b in below if b is not None and not b.meets]
                 answer.binding.append(fails[0] if fails else None)
@@ -275,11 +304,12 @@ def fewest_gpus(
         else:
             floor = p_floor + d_floor if scheduler in ("blocking", "prefill-first") else d_floor
             guess = hint[1] if hint is not None else p_floor + d_floor
-            n = smallest(lambda k, ev=ev: ev(0, k).meets, floor, guess, max_gpus)
+            cap = max(1, max_gpus // costs.tp.degree)  # replicas
+            n = smallest(lambda k, ev=ev: ev(0, k).meets, floor, guess, cap)
             found = None if n is None else ev(0, n)
             if found is not None:
                 hint = (0, n)
-            below = ev.points.get((0, n - 1)) if n is not None else ev.full(0, max_gpus)
+            below = ev.points.get((0, n - 1)) if n is not None else ev.full(0, cap)
             answer.binding.append(below if below is not None and not below.meets else None)
         answer.answers.append(found)
         answer.evaluations += len(ev.points)

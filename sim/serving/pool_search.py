@@ -3,7 +3,8 @@ call), monotone in the pool a search bisects (more GPUs there never break an SLO
 
 - `smallest(meets, floor, guess, cap)`: one pool (blocking, prefill-first, chunked): grow from the guess
   by half until one meets, then bisect;
-- `fewest_total(meets, start, floors)`: two pools (disaggregated: prefill GPUs p, decode GPUs d): the
+- `fewest_total(meets, start, floors)`: two pools (disaggregated: prefill GPUs p, decode GPUs d; with
+  tensor parallelism p and d count replicas of `weights` GPUs each and the GPUs are minimised): the
   smallest p + d meeting the SLOs, from a fleet `start` known to meet them. First it is shrunk pool by
   pool (the fewest decode GPUs with its prefill GPUs, then the fewest prefill GPUs with those: the greedy
   answer, total B). Then every prefill count p from the prefill floor while p + (decode floor) < B is
@@ -52,19 +53,23 @@ def smallest(meets: Callable[[int], bool], floor: int, guess: int, cap: int) -> 
 
 
 def fewest_total(
-    meets: Callable[[int, int], bool], start: tuple[int, int], floors: tuple[int, int]
+    meets: Callable[[int, int], bool],
+    start: tuple[int, int],
+    floors: tuple[int, int],
+    weights: tuple[int, int] = (1, 1),
 ) -> tuple[int, int]:
-    """(prefill GPUs, decode GPUs) of the smallest total meeting the SLOs (module docstring); `start` meets
-    them, `floors` are counts below which a pool cannot keep up (never tried)."""
-    (p_best, d_best), (p_floor, d_floor) = start, floors
+    """(prefill replicas, decode replicas) of the fewest GPUs meeting the SLOs (module docstring), a
+    replica of each pool counting `weights` GPUs (its tensor-parallel degree; 1 and 1: replicas are
+    GPUs); `start` meets them, `floors` are counts below which a pool cannot keep up (never tried)."""
+    (p_best, d_best), (p_floor, d_floor), (wp, wd) = start, floors, weights
     d_best = bisect_smallest(lambda d: meets(p_best, d), d_floor - 1, d_best)
     p_best = bisect_smallest(lambda p: meets(p, d_best), p_floor - 1, p_best)  # an incumbent, not proof
-    total = p_best + d_best
+    total = wp * p_best + wd * d_best
     p = p_floor
-    while p + d_floor < total:
-        d_hi = total - p - 1
+    while wp * p + wd * d_floor < total:
+        d_hi = (total - wp * p - 1) // wd  # the most decode replicas a fleet of fewer GPUs may have
         if meets(p, d_hi):
             d = bisect_smallest(lambda k, p=p: meets(p, k), d_floor - 1, d_hi)
-            p_best, d_best, total = p, d, p + d
+            p_best, d_best, total = p, d, wp * p + wd * d
         p += 1
     return p_best, d_best

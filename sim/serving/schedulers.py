@@ -76,8 +76,14 @@ class SchedulerSettings:
     kv_link_gbps: float = DEFAULT_KV_LINK_GBPS
     max_seqs: int | None = None  # sequences one GPU runs at most (a serving engine's max_num_seqs)
     max_batched_tokens: int | None = None  # prompt tokens of one prefill iteration (prefill-first, disagg.)
+    tensor_parallel: int = 1  # GPUs per replica (disaggregated: per decode replica)
+    prefill_tensor_parallel: int | None = None  # disaggregated: GPUs per prefill replica (None: the same)
 
     def __post_init__(self) -> None:
+        for flag, t in (("--tensor-parallel", self.tensor_parallel),
+                        ("--prefill-tensor-parallel", self.prefill_tensor_parallel)):
+            if t is not None and t < 1:
+                raise SimInputError(f"{flag} must be a positive number of GPUs per replica, got {t}")
         if self.chunk_tokens < 1:
             raise SimInputError(f"--chunk-tokens must be a positive token count, got {self.chunk_tokens}")
         if not self.kv_link_gbps > 0:
@@ -95,8 +101,21 @@ class SchedulerSettings:
         if scheduler == "disaggregated":
             parts.append(f"KV link {self.kv_link_gbps:g} GB/s")
         if self.max_seqs is not None:
-            parts.append(f"at most {self.max_seqs} sequences per GPU")
+            unit = "GPU" if self.tensor_parallel == 1 else "replica"
+            parts.append(f"at most {self.max_seqs} sequences per {unit}")
+        pre = self.prefill_tp
+        if scheduler == "disaggregated" and (pre > 1 or self.tensor_parallel > 1):
+            parts.append(
+                f"tensor parallel {pre} per prefill replica, {self.tensor_parallel} per decode replica"
+            )
+        elif self.tensor_parallel > 1:
+            parts.append(f"tensor parallel {self.tensor_parallel} ({self.tensor_parallel} GPUs per replica)")
         return ", ".join(parts)
+
+    @property
+    def prefill_tp(self) -> int:
+        """GPUs per prefill replica (disaggregated)."""
+        return self.tensor_parallel if self.prefill_tensor_parallel is None else self.prefill_tensor_parallel
 
 
 def check_scheduler(name: str, flag: str = "--scheduler") -> str:

@@ -41,6 +41,11 @@
 - or, with a whole-step engine profile (sim/serving/engine_steps.py), that engine's measured time of each
   decode and prefill iteration in place of the step model's (its model, GPU and method only; no mixed
   iteration). Memory per sequence stays the step model's.
+
+With tensor parallelism (`tensor_parallel` t > 1, sim/serving/tensor_parallel.py) every cost above is one
+GPU's shard of the model (its heads, FFN and vocabulary slice; memory: the shard's weights and KV against
+one GPU's memory) and every iteration adds the collectives of its tokens (2 all-reduces per layer and the
+logits gather), priced from measured NCCL all-reduce times; at t = 1 nothing is added.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ from sim.cost_model import CostModel
 from sim.demand import Demand
 from sim.engine import run_simulation
 from sim.serving.engine import EngineProfile, load_engine
-from traces.models import get_model
+from sim.serving.tensor_parallel import TensorParallel, shard_demand
+from traces.models import get_model, use_model
 
 __all__ = ["StepCosts", "CONTEXT_BUCKET_TOKENS", "STEPS_PER_POINT"]
 
@@ -67,13 +73,28 @@ class StepCosts:
     """Cached step-model costs for one (model, hardware, method, knobs) config (module docstring)."""
 
     def __init__(
-        self, cfg: SimConfig, demand: Demand | None, seed: int = 0, engine: str | EngineProfile | None = None
+        self,
+        cfg: SimConfig,
+        demand: Demand | None,
+        seed: int = 0,
+        engine: str | EngineProfile | None = None,
+        tensor_parallel: int = 1,
+        tensor_parallel_flag: str = "--tensor-parallel",
     ) -> None:
-        self.cfg, self.demand, self.seed = cfg, demand, seed
         self.engine_profile = load_engine(engine)
         self.step_time = self.engine_profile.step_time
         if self.step_time is not None:
             self.step_time.check(self.engine_profile.name, cfg.model, cfg.hardware, cfg.method)
+        self.engine_profile.check_tensor_parallel(tensor_parallel, tensor_parallel_flag)
+        self.model = get_model(cfg.model)  # the whole model; cfg below names one GPU's shard of it
+        self.tp = TensorParallel.of(
+            self.model, profile_of(cfg).name, tensor_parallel, cfg.dtype_bytes, tensor_parallel_flag,
+            collectives=self.step_time is None,  # a whole-step profile's times include them
+        )
+        if self.tp.degree > 1:
+            use_model(self.tp.shard)
+            cfg, demand = cfg.replace(model=self.tp.shard.name), shard_demand(demand, self.tp.shard)
+        self.cfg, self.demand, self.seed = cfg, demand, seed
         self._step: dict[tuple[int, int], float] = {}
         self._prefill: dict[int, float] = {}
         self._mem: dict[tuple[int, int], tuple[int, int]] = {}
@@ -132,7 +153,8 @@ class StepCosts:
         the engine's host time included; a whole-step engine's own time)."""
         if self.step_time is not None:
             return self.step_time.decode_s(batch, mean_context)
-        return self._model_decode_s(batch, mean_context) + self.engine_s(batch)
+        comm = self.tp.collectives_s(batch, batch)
+        return self._model_decode_s(batch, mean_context) + comm + self.engine_s(batch)
 
     def _model_decode_s(self, batch: int, mean_context: float) -> float:
         """The step model's decode step alone (no engine host time)."""
@@ -160,7 +182,9 @@ class StepCosts:
         credited), with the engine's host time paid once at all the prompts."""
         if self.step_time is not None:
             return self.step_time.prefill_s(inputs)
-        return sum(self._model_prefill_s(n) for n in inputs) + self.engine_s(len(inputs))
+        return sum(self._model_prefill_s(n) + self.tp.collectives_s(n, 1) for n in inputs) + self.engine_s(
+            len(inputs)
+        )
 
     def _model_prefill_s(self, input_tokens: int) -> float:
         if input_tokens not in self._prefill:
@@ -230,6 +254,7 @@ class StepCosts:
             + layers * (self._linear_s(b + total) + attention)
             + self._lm_head_s(b + finishing) - self._lm_head_s(b)
             + extra
+            + self.tp.collectives_s(b + total, b + finishing)
             + self.engine_s(b + len(chunks))
         )
 
@@ -251,4 +276,5 @@ class StepCosts:
             decode_batch + chunk_tokens
         )
         host = self.engine_s(decode_batch + 1)
-        return fixed + layers * attention + chunk_tokens * self._extra_s_per_token(input_tokens) + host
+        comm = self.tp.collectives_s(decode_batch + chunk_tokens, decode_batch)
+        return fixed + layers * attention + chunk_tokens * self._extra_s_per_token(input_tokens) + comm + host

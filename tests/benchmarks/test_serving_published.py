@@ -27,14 +27,15 @@ def test_every_row_has_a_source_a_setup_and_a_published_value() -> None:
         assert row.scheduler in SCHEDULERS and (row.baseline is None or row.baseline in SCHEDULERS), row.key
         if row.quantity == "capacity_ratio":
             assert row.baseline is not None, row.key
-        if "tensor parallelism" not in row.needs:
+        if not row.needs:
             get_model(row.model)  # an unknown model raises
             runner(row.scheduler, row.settings)  # settings a scheduler takes
             for engine in (row.engine, *row.diagnostics):
                 load_engine(engine)  # a shipped engine profile
-    reproducible = [r for r in ROWS
-                    if "tensor parallelism" not in r.needs and r.quantity != "decode_iteration_s"]
-    assert len(reproducible) >= 2
+    reproducible = [r for r in ROWS if not r.needs and r.quantity != "decode_iteration_s"]
+    assert len(reproducible) >= 3
+    tp_rows = [r for r in reproducible if r.tensor_parallel > 1]
+    assert [r.key for r in tp_rows] == ["sarathi-5.1-yi34b-strict"]
 
 
 def test_the_sharegpt_lengths_are_the_papers_2048_requests() -> None:
