@@ -1,4 +1,4 @@
-"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, methods, compare.
+"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, engine-fit, methods, compare.
 
 Subcommands live in `dse/commands/<name>.py`, each exposing a click command named `command`; they
 are imported lazily so that `dse sim` or `dse report` never imports torch.
