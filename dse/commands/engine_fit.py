@@ -22,7 +22,7 @@ import click
 from dse.commands.number_types import number
 from dse.commands.replay_options import gpu_memory_option, implementation_option
 from dse.commands.serve_options import SEQS, TENSOR_PARALLEL
-from traces.numbers import TOKENS
+from traces.numbers import SEED, TOKENS
 
 __all__ = ["command"]
 
@@ -49,6 +49,7 @@ def _print_fit(fit, out: Path, measured: Path) -> None:  # noqa: ANN001 (sim.ser
     print(f"  server term: {fit.server_fixed_ms:.3f} ms + {fit.server_per_sequence_ms:.4f} ms x sequences "
           "per iteration")
     print(f"  request overhead: {fit.request_overhead_ms:.2f} ms before the request is queued")
+    print(f"  fit error {fit.error:.1f} (soft-L1 sum of TTFT and TPOT log ratios / 0.1 over requests)")
     print(f"  {'ours / measured':34} {'base':>8} {'fitted':>8}")
     rows = [("TTFT median ratio", "ttft_ratio_median"), ("TTFT P10 ratio", "ttft_ratio_p10"),
             ("TTFT P90 ratio", "ttft_ratio_p90"),
@@ -92,10 +93,12 @@ def _print_fit(fit, out: Path, measured: Path) -> None:  # noqa: ANN001 (sim.ser
 @implementation_option
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="write the fitted profile (YAML)")
 @click.option("--name", default=None, help="the profile's name [the --out file's stem]")
+@click.option("--seed", type=number(SEED), default=0, show_default=True,
+              help="seed of the optimiser (differential evolution): the same seed, the same fit")
 def command(measured: Path, run_name: str | None, where: tuple[str, ...], model: str, hardware: str,
             base_engine: str, scheduler: str, max_seqs: int | None, max_batched_tokens: int | None,
             chunk_tokens: int, tensor_parallel: int, gpu_memory_utilization: float, implementation: str,
-            out: Path, name: str | None) -> None:
+            out: Path, name: str | None, seed: int) -> None:
     """Fit a serving engine's overheads to one measured LOW-load run: a per-iteration `server` term (a + b x
     sequences ms, host work every iteration pays) and a per-request overhead (ms between a request's issue
     and its arrival at the engine's queue: API server, tokenisation), on top of --base-engine, by replaying
@@ -121,7 +124,7 @@ def command(measured: Path, run_name: str | None, where: tuple[str, ...], model:
     settings = SchedulerSettings(chunk_tokens=chunk_tokens, max_seqs=max_seqs,
                                  max_batched_tokens=max_batched_tokens)
     source = f"fitted by dse engine-fit to {measured}, run {run.name}, {len(run.prompt_len)} requests"
-    fit = fit_engine(run, costs, base, scheduler, settings, name=name or out.stem, source=source,
+    fit = fit_engine(run, costs, base, scheduler, settings, name=name or out.stem, source=source, seed=seed,
                      description=f"{base.description} (base {base.name}); plus a server term and a request "
                      f"overhead {source} ({model}, {hardware}, {scheduler})")
     for warning in fit.warnings:
@@ -133,7 +136,7 @@ def command(measured: Path, run_name: str | None, where: tuple[str, ...], model:
              ("--chunk-tokens", chunk_tokens if scheduler == "chunked" else None),
              ("--tensor-parallel", tensor_parallel if tensor_parallel > 1 else None),
              ("--gpu-memory-utilization", gpu_memory_utilization), ("--implementation", implementation),
-             ("--out", out), ("--name", name)]
+             ("--out", out), ("--name", name), ("--seed", seed if seed else None)]
     given = shlex.join(str(x) for flag, v in flags if v is not None for x in (flag, v))
     header = (f"Fitted by: dse engine-fit {given}\n"
               f"Base engine: {base.name}; model {model}, hardware {hardware}, scheduler {scheduler}, "

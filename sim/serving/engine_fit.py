@@ -89,6 +89,7 @@ class EngineFit:
     base: dict[str, Any] = field(default_factory=dict)  # residual statistics on the base profile
     fitted: dict[str, Any] = field(default_factory=dict)  # on the fitted one
     warnings: tuple[str, ...] = ()
+    error: float = float("nan")  # the fit's objective at the fitted parameters (soft-L1 over requests)
 
     def to_yaml(self, header: str = "") -> str:
         """The profile as an engine-profile YAML file (sim/serving/engine.py's format)."""
@@ -252,4 +253,5 @@ def fit_engine(run: MeasuredRun, costs: StepCosts, base: EngineProfile, schedule
     a, b, r = (float(v) for v in best)
     return EngineFit(profile, a, b, r, run.name, len(run.prompt_len), evaluations,
                      statistics(run, at_base), statistics(run, at_fit),
-                     tuple(saturation_warnings(run, at_fit, costs, profile)))
+                     tuple(saturation_warnings(run, at_fit, costs, profile)),
+                     float(min(polished.fun, found.fun)))
