@@ -20,12 +20,16 @@ import numpy as np
 
 from sim.errors import SimInputError
 from sim.serving.requests import Request
+from traces.numbers import REQUESTS, SECONDS_OR_ZERO, TOKENS, Range, text_to_number
 from traces.safe_load import MAX_JSON_BYTES
 from traces.user_files import UserFileError, read_user_text
 
 __all__ = ["MeasuredRun", "load_measured_run", "COLUMNS"]
 
 COLUMNS = ("prompt_len", "output_len", "issue_time_s", "ttft_ms", "tpot_ms")
+MS_OR_ZERO = Range(0, 1e12, unit="milliseconds")
+_BOUNDS = {"prompt_len": TOKENS, "output_len": TOKENS, "issue_time_s": SECONDS_OR_ZERO, "ttft_ms": MS_OR_ZERO,
+           "tpot_ms": MS_OR_ZERO}
 
 
 @dataclass(frozen=True)
@@ -57,17 +61,14 @@ def _form(path: Path) -> str:
             "(integers >= 1), the issue time in seconds (>= 0), the client's TTFT and TPOT in ms (>= 0)")
 
 
-def _number(path: Path, line: int, column: str, text: str, integer: bool) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = float("nan")
-    lowest = 1 if integer else 0
-    if not np.isfinite(value) or value < lowest or (integer and value != int(value)):
-        kind = "an integer >= 1" if integer else "a finite number >= 0"
-        raise SimInputError(f"--measured {path}: line {line}: {column} must be {kind}, got {text!r}; "
-                            f"{_form(path)}")
-    return value
+def _number(path: Path, line: int, column: str, text: str | None) -> float:
+    """The cell's number, checked against its traces.numbers range."""
+    bound = _BOUNDS[column]
+    value = text_to_number(text, integer=bound.integer) if isinstance(text, str) else None
+    detail = bound.problem(value if value is not None else text)
+    if detail is not None:
+        raise SimInputError(f"--measured {path}: line {line}: {column} {detail}; {_form(path)}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def load_measured_run(path: Path, run: str | None = None, where: dict[str, str] | None = None) -> MeasuredRun:
@@ -104,8 +105,9 @@ def load_measured_run(path: Path, run: str | None = None, where: dict[str, str] 
         if len(names) > 1:
             raise SimInputError(f"--measured {path}: holds {len(names)} runs ({', '.join(names[:12])}"
                                 f"{', ...' if len(names) > 12 else ''}); pick one with --run NAME")
-    cols = {c: np.array([_number(path, line, c, r[c], c in ("prompt_len", "output_len"))
-                         for line, r in picked]) for c in COLUMNS}
+    if len(picked) > REQUESTS.hi:
+        raise SimInputError(f"--measured {path}: {len(picked)} requests in the run; at most {REQUESTS.hi}")
+    cols = {c: np.array([_number(path, line, c, r[c]) for line, r in picked]) for c in COLUMNS}
     order = np.argsort(cols["issue_time_s"], kind="stable")
     issue = cols["issue_time_s"][order]
     name = run if run is not None else (",".join(f"{k}={v}" for k, v in where.items()) or "all rows")
