@@ -1,4 +1,4 @@
-"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, methods, compare.
+"""The `dse` command: trace, sim, sweep, report, hardware, capacity, serve, engine-fit, methods, compare.
 
 Subcommands live in `dse/commands/<name>.py`, each exposing a click command named `command`; they
 are imported lazily so that `dse sim` or `dse report` never imports torch.
@@ -23,6 +23,7 @@ _SUBCOMMANDS = {
     "report": "Write a self-contained HTML report of a study.",
     "capacity": "Largest batch under a per-token latency SLO, per hardware profile and method.",
     "serve": "Request-level serving simulation: TTFT, per-token latency, the highest rate under SLOs.",
+    "engine-fit": "Fit a serving engine's overheads to one measured low-load run: an engine profile.",
     "methods": "List the KV methods (the method catalogue) and each method's knobs.",
     "compare": "Two runs' accuracy on the same prompts: paired difference, McNemar, floor, disagreements.",
 }
@@ -35,7 +36,7 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in _SUBCOMMANDS:
             return None
-        module = importlib.import_module(f"dse.commands.{name}")
+        module = importlib.import_module(f"dse.commands.{name.replace('-', '_')}")
         return module.command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -5,7 +5,9 @@ One concept per module:
 - `requests`: Poisson streams and request files;
 - `step_costs`: the step model's decode step, prefill and prefill-chunk costs, memory per sequence;
 - `engine`: serving-engine profiles (`--engine`): the host time every iteration pays outside the kernels,
-  or (`engine_steps`) an engine's measured whole-iteration times replacing the step model's;
+  or (`engine_steps`) an engine's measured whole-iteration times replacing the step model's, and a request
+  overhead before the queue; `measured_run`, `engine_fit`: a measured run and the fit of an engine's
+  overheads to it (`dse engine-fit`);
 - `schedulers`: `blocking`, `chunked`, `disaggregated`: what each does and the cost model it cites;
 - `replica` (state every scheduler shares; `blocking`), `prefill_first`, `chunked`, `disaggregated`: the
   schedulers;

@@ -28,10 +28,22 @@ A profile is a YAML file `sim/engine_profiles/<name>.yaml` (or any path to such 
       prefill: {fixed_ms, per_token_ms, per_token_squared_ms, constant_ms}
       decode: [{below_batch: <B>, fixed_ms, per_token_ms, per_sequence_ms}, ..., {fixed_ms, ...}]
       per_iteration: {fixed_ms, per_context_token_ms}
+    request_overhead:                           # optional, with either kind
+      ms: <ms>                                  # per request, between its issue and its arrival at the
+                                                # engine's queue (API server, HTTP, tokenisation)
+      source: "<where the number is from>"
+      range: [<low>, <high>]                    # optional scale factors, as a term's
 
 An iteration of `n` sequences (decode tokens and prefill chunks: Vidur's `batch.size`) costs the sum of its
 terms, each interpolated linearly between its points and extended linearly past its ends along the end
 segments, never below 0. `none` (no terms) is the engine of kernels alone: the step model unchanged.
+
+A request's overhead (`request_overhead`, 0 when absent) is the time a real server spends on a request
+before its engine can schedule it: the API server receiving it, tokenising the prompt, handing it to the
+engine. The fleet holds each request back by it before it joins a replica's queue (sim/serving/fleet.py),
+so it adds to the request's TTFT (which counts from its issue) and to its queueing delay, and never
+occupies a GPU. `dse engine-fit` fits it, with a per-iteration `server` term, to one measured run
+(sim/serving/engine_fit.py).
 
 The per-iteration sum and its terms follow Vidur's execution-time predictor, which adds exactly these five
 CPU-overhead terms, each predicted from the batch size, to every batch's model time
@@ -99,6 +111,14 @@ class EngineProfile:
     path: str = field(default="", compare=False)
     step_time: StepTime | None = None
     tensor_parallel: int | None = 1  # GPUs per replica it was measured at (None: any, `none`)
+    request_overhead_ms: float = 0.0
+    request_overhead_source: str = ""
+    request_overhead_range: tuple[float, float] = (1.0, 1.0)
+
+    @property
+    def request_overhead_s(self) -> float:
+        """Seconds each request spends before it joins a replica's queue (module docstring)."""
+        return self.request_overhead_ms / 1e3
 
     @property
     def prices(self) -> str:
@@ -128,8 +148,10 @@ class EngineProfile:
             EngineTerm(t.name, t.sequences, tuple(v * t.range[i] for v in t.ms), t.source, (1.0, 1.0))
             for t in self.terms
         )
+        overhead_ms = self.request_overhead_ms * self.request_overhead_range[i]
         return EngineProfile(f"{self.name} ({end} end)", self.description, terms, self.path,
-                             tensor_parallel=self.tensor_parallel)
+                             tensor_parallel=self.tensor_parallel, request_overhead_ms=overhead_ms,
+                             request_overhead_source=self.request_overhead_source)
 
     def check_tensor_parallel(self, degree: int, flag: str = "--tensor-parallel") -> None:
         """Refuse a tensor-parallel degree this profile was not measured at: its host time (Ray messaging
@@ -149,7 +171,9 @@ class EngineProfile:
 
     def label(self) -> str:
         """The engine an answer assumes, in words."""
-        return f"{self.name} ({self.prices}): {self.description}"
+        overhead = f"; {self.request_overhead_ms:g} ms per request before it is queued" \
+            if self.request_overhead_ms else ""
+        return f"{self.name} ({self.prices}{overhead}): {self.description}"
 
 
 NONE = EngineProfile(DEFAULT_ENGINE, "kernels only: no per-iteration engine host time", tensor_parallel=None)
@@ -178,6 +202,20 @@ class _TermFile(_Strict):
 
     @model_validator(mode="after")
     def _estimate_has_range(self) -> _TermFile:
+        if self.range is not None and self.range[0] > 1:
+            raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
+        if self.range is None and self.source.strip().lower().startswith("estimate"):
+            raise ValueError("an estimate needs 'range: [low, high]' (scale factors it could take)")
+        return self
+
+
+class _OverheadFile(_Strict):
+    ms: _Ms
+    source: _Text
+    range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False, strict=True)]] | None = None
+
+    @model_validator(mode="after")
+    def _estimate_has_range(self) -> _OverheadFile:
         if self.range is not None and self.range[0] > 1:
             raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
         if self.range is None and self.source.strip().lower().startswith("estimate"):
@@ -231,6 +269,7 @@ class _ProfileFile(_Strict):
     tensor_parallel: Annotated[int, Field(ge=1, le=64, strict=True)] = 1
     terms: dict[str, _TermFile] | None = None
     step_time: _StepTimeFile | None = None
+    request_overhead: _OverheadFile | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> _ProfileFile:
@@ -244,7 +283,9 @@ class _ProfileFile(_Strict):
 
 _VALID_KEYS = {
     _ProfileFile: "name, description, tensor_parallel, terms (term -> {points_ms, source, range}) or "
-    "step_time",
+    "step_time, request_overhead ({ms, source, range})",
+    _OverheadFile: "ms (per request, >= 0), source (where the number is from), range ([low, high] scale "
+    "factors, required for an estimate)",
     _TermFile: "points_ms ([[sequences, ms], ...]), source (where the numbers are from), range ([low, high] "
     "scale factors, required for an estimate)",
 }
@@ -256,6 +297,8 @@ def _schema_at(loc: tuple[object, ...]) -> type[BaseModel]:
         return _ProfileFile
     if loc[0] == "terms":
         return _TermFile
+    if loc[0] == "request_overhead":
+        return _OverheadFile
     sections: dict[object, type[BaseModel]] = {
         "prefill": _PrefillFile, "decode": _DecodeFile, "per_iteration": _IterationFile
     }
@@ -317,8 +360,13 @@ def _build(raw: object, origin: str, stem: str | None) -> EngineProfile:
         for k, t in (f.terms or {}).items()
     )
     step = _step_time(f.step_time) if f.step_time is not None else None
+    o = f.request_overhead
+    overhead = {} if o is None else {
+        "request_overhead_ms": float(o.ms), "request_overhead_source": " ".join(o.source.split()),
+        "request_overhead_range": tuple(o.range) if o.range is not None else (1.0, 1.0),
+    }
     return EngineProfile(f.name.strip(), " ".join(f.description.split()), terms, origin, step,
-                         f.tensor_parallel)
+                         f.tensor_parallel, **overhead)  # type: ignore[arg-type]
 
 
 def list_engines() -> list[str]:

@@ -49,10 +49,13 @@ def check_fits_alone(requests: list[Request], costs: StepCosts) -> None:
 
 
 def _arrivals(
-    env: simpy.Environment, requests: list[Request], router: Router, targets: list
+    env: simpy.Environment, requests: list[Request], router: Router, targets: list, overhead_s: float = 0.0
 ) -> Generator[simpy.Event, object, None]:
+    """Each request joins a target's queue `overhead_s` after its arrival (the engine profile's request
+    overhead: API server, tokenisation; sim/serving/engine.py), so that time adds to its TTFT and queueing
+    and occupies no GPU."""
     for i, r in enumerate(requests):
-        yield env.timeout(max(0.0, r.arrival_s - env.now))
+        yield env.timeout(max(0.0, r.arrival_s + overhead_s - env.now))
         targets[router.pick()].enqueue(i)
 
 
@@ -114,7 +117,8 @@ def simulate(
             env.process(worker.run())
     for gpu in gpus:
         env.process(gpu.run())
-    env.process(_arrivals(env, requests, Router(router, front), front))
+    overhead_s = pre.engine_profile.request_overhead_s  # the pool requests arrive at
+    env.process(_arrivals(env, requests, Router(router, front), front, overhead_s))
     env.run(until=book.stop)
     return ServingResult.from_ledger(book, scheduler)
 

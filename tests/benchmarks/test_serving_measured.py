@@ -105,6 +105,30 @@ def test_evaluate_marks_what_it_cannot_replay(runs) -> None:
     assert measured_only["measured_only"] and "ours_attainment_pct" not in measured_only["align"]
 
 
+def test_fitted_engines_mark_their_train_run_and_the_held_out_ones(runs) -> None:
+    """The engines fitted on vllm-100-1 alone: that run is the train run, the others held out, and the
+    attainment RMSE is also given over the held-out runs alone."""
+    from benchmarks.validate_serving_measured import ENGINES, FITTED_ENGINES, TRAIN_RUN
+    from sim.serving.engine import load_engine
+
+    fitted = [e for e in ENGINES if load_engine(e).name in FITTED_ENGINES]
+    assert len(fitted) == 2 and TRAIN_RUN == "vllm-100-1"
+    for path in fitted:
+        engine = load_engine(path)
+        assert engine.request_overhead_ms > 0 and engine.terms[-1].name == "server"
+        assert "run config=tp1,rate=1,n=100, 100 requests" in engine.request_overhead_source
+    subset = [r for r in runs if r.key in ("vllm-100-1", "vllm-150-1.5", "vllm-250-2.5")]
+    res = evaluate(subset, fitted[0], "ideal")
+    assert "fitted on vllm-100-1 (train); other runs held out" in res["held_out"]
+    assert res["runs"]["vllm-100-1"]["train"] and not res["runs"]["vllm-150-1.5"]["train"]
+    curve = res["configs"]["tp1"]
+    assert curve["train_rates"] == [1.0]
+    assert np.isfinite(curve["align"]["rmse_pp_held_out"])
+    on_sarathi = evaluate(subset, "sarathi-serve-a100", "ideal")
+    assert not on_sarathi["runs"]["vllm-100-1"]["train"]
+    assert on_sarathi["configs"]["tp1"]["train_rates"] == []
+
+
 def test_the_script_prints_and_refuses_bad_input(capsys) -> None:
     assert main(["--runs", "vllm-100-1", "--engines", "distserve-vllm-opt13b-a100"]) == 0
     out = capsys.readouterr().out
