@@ -267,6 +267,12 @@ def test_dse_engine_fit_writes_a_profile_dse_serve_takes(costs: StepCosts, tmp_p
     assert "fitted.yaml" not in capsys.readouterr().err
 
 
+def _fit_args(measured: Path, tmp_path: Path, *extra: str) -> list[str]:
+    """`dse engine-fit` on `measured` for OPT-13B on the A100 80GB SXM, writing into tmp_path."""
+    return ["engine-fit", "--measured", str(measured), "--model", "opt-13b", "--hardware", "a100-80g-sxm",
+            "--out", str(tmp_path / "o.yaml"), *extra]
+
+
 @pytest.mark.parametrize(
     "change, words",
     [
@@ -284,18 +290,7 @@ def test_dse_engine_fit_writes_a_profile_dse_serve_takes(costs: StepCosts, tmp_p
 def test_dse_engine_fit_bad_file_exits_2(tmp_path: Path, capsys, change, words: str) -> None:
     path = tmp_path / "bad.csv"
     change(path)
-    args = [
-        "engine-fit",
-        "--measured",
-        str(path),
-        "--model",
-        "opt-13b",
-        "--hardware",
-        "a100-80g-sxm",
-        "--out",
-        str(tmp_path / "o.yaml"),
-    ]
-    assert main(args) == 2
+    assert main(_fit_args(path, tmp_path)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and "Traceback" not in err and str(path) in err
 
@@ -325,18 +320,6 @@ def test_dse_engine_fit_bad_options_exit_2(tmp_path: Path, capsys, extra: list[s
             }
         ],
     )
-    args = [
-        "engine-fit",
-        "--measured",
-        str(path),
-        "--model",
-        "opt-13b",
-        "--hardware",
-        "a100-80g-sxm",
-        "--out",
-        str(tmp_path / "o.yaml"),
-        *extra,
-    ]
-    assert main(args) == 2
+    assert main(_fit_args(path, tmp_path, *extra)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and "Traceback" not in err
