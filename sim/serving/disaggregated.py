@@ -12,8 +12,10 @@ prefills alone, summed, with the engine's host time once). Each finished prompt'
 prefill GPU (it needs one of `park_slots`: as many prompts' KV as its memory holds; with none free the worker
 waits) while the decode router picks a decode GPU and the request waits in that GPU's FIFO queue for memory;
 then the KV moves over the prefill GPU's NIC (one transfer at a time, `kv_bytes / kv_link_gbps`), the slot
-frees, and the first token reaches the user. The `DecodeReplica` takes it into its running batch at its next
-step boundary.
+frees, and the first token reaches the user (`first_token_at_prefill`: it reached the user when the prefill
+ended, as DistServe's context stage streams it, and a request of one output token finished there without a
+handoff; sim/serving/schedulers.py). The `DecodeReplica` takes it into its running batch at its next step
+boundary.
 """
 
 from __future__ import annotations
@@ -92,8 +94,10 @@ class PrefillWorker:
         link_gbps: float,
         pick_decode: Callable[[], DecodeReplica],
         max_batched_tokens: int | None = None,
+        first_token_at_prefill: bool = False,
     ) -> None:
         self.env, self.book, self.costs = env, book, costs
+        self.first_token_at_prefill = first_token_at_prefill
         self.requests = book.requests
         self.waiting: deque[int] = deque()
         self.load = 0  # queued or being prefilled here
@@ -138,13 +142,19 @@ class PrefillWorker:
 
     def _handoff(self, i: int, slot: simpy.Event) -> Generator[simpy.Event, object, None]:
         self.book.prefilled(i)
+        if self.first_token_at_prefill:
+            self.book.first_token(i)  # streamed at the prefill's end; one output token: finished here
+            if self.requests[i].output_tokens == 1:
+                self.slots.release(slot)
+                return
         decode = self.pick_decode()
         yield decode.handoff(i)
         with self.nic.request() as nic:
             yield nic
             yield self.env.timeout(self.costs.kv_bytes(self.requests[i].input_tokens) / self.link_bytes_per_s)
         self.slots.release(slot)
-        self.book.first_token(i)
+        if not self.first_token_at_prefill:
+            self.book.first_token(i)
         if self.requests[i].output_tokens > 1:
             decode.kv_arrived(i)
         else:

@@ -109,7 +109,7 @@ def simulate(
         front = [
             PrefillWorker(
                 env, book, pre, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
-                settings.max_batched_tokens,
+                settings.max_batched_tokens, settings.first_token == "prefill",
             )
             for _ in range(prefill_replicas)
         ]
