@@ -108,6 +108,7 @@ HELD_OUT = {  # engine profile name -> whether it is independent of these runs (
     "(20a1633), before its alignment; committed a day before the runs (3261c76), which carry no wall date",
     **{name: f"base {base} + a server term and a request overhead fitted on {TRAIN_RUN} (train); other runs "
        "held out" for name, base in FITTED_ENGINES.items()},
+    DISTSERVE_ENGINE: "DistServe's own engine: replayed on its c21d11 runs only (below)",
 }
 HELD_OUT_C21D11 = {  # the same, on the c21d11 runs (DistServe's engine; module docstring)
     "none": "held out: kernels only, the prefill replica one GPU's TP 2 shard + measured NCCL all-reduces",
