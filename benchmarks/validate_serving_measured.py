@@ -164,10 +164,10 @@ def pool_engines(config: str, engine: str) -> tuple[Any, Any] | str:
     profile = load_engine(engine)
     if CONFIGS[config].scheduler != "disaggregated":
         if profile.name == DISTSERVE_ENGINE:
-            return "not replayed on this engine: DistServe's own, not vLLM's"
+            return "DistServe's own engine profile, not vLLM's"
         return None, profile
     if profile.name not in PREFILL_TP2:
-        return "not replayed on this engine: vLLM's profile, these runs ran DistServe's engine"
+        return "vLLM's engine profile; these runs ran DistServe's engine"
     prefill = load_engine(PREFILL_TP2[profile.name])
     if profile.request_overhead_ms:  # the requests arrive at the prefill replica: the API server's time
         prefill = replace_profile(prefill, name=f"{prefill.name} + request overhead of {profile.name}",

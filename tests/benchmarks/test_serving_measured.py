@@ -101,13 +101,13 @@ def test_evaluate_marks_what_it_cannot_replay(runs) -> None:
     runs, vLLM's profile not on DistServe's."""
     subset = [r for r in runs if r.key in ("vllm-100-1", "vllm-150-1.5", "distserve-c21d11-300-3")]
     res = evaluate(subset, "distserve-opt13b-a100", "ideal")
-    assert res["runs"]["vllm-100-1"]["status"].startswith("not replayed on this engine: DistServe's own")
+    assert res["runs"]["vllm-100-1"]["status"].startswith("DistServe's own engine profile")
     tp1 = res["configs"]["tp1"]
     assert tp1["measured_only"] and "ours_attainment_pct" not in tp1["align"]
     assert res["runs"]["distserve-c21d11-300-3"]["status"] == "ok"
     c21 = [r for r in subset if r.config == "c21d11"]
     res = evaluate(c21, "distserve-vllm-opt13b-a100", "ideal")
-    assert res["runs"]["distserve-c21d11-300-3"]["status"].startswith("not replayed on this engine: vLLM's")
+    assert res["runs"]["distserve-c21d11-300-3"]["status"].startswith("vLLM's engine profile")
 
 
 def test_c21d11_replays_on_a_tp2_prefill_and_a_tp1_decode_replica(runs) -> None:
