@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import simpy
 
 from sim import SimConfig
 from sim.errors import SimInputError
@@ -132,6 +133,26 @@ def test_disaggregated_first_token_at_the_prefill_end_leaves_the_decode_alone(h1
     assert "first token at the prefill's end" in text
     with pytest.raises(SimInputError, match="first_token"):
         SchedulerSettings(first_token="decode")
+
+
+def test_disaggregated_prefill_parks_each_prompts_own_kv(h100_dense: StepCosts) -> None:
+    """While the decode GPU is busy, the prefill GPU keeps prefilling as long as its free memory holds the
+    finished prompts' KV, each by its own size (DistServe's context stage counts each prompt's blocks):
+    four times as many prompts of a quarter of the longest prompt's length."""
+    from sim.serving.disaggregated import Parking
+
+    parking = Parking(simpy.Environment(), h100_dense)
+    room = parking.capacity[0]
+    settings = SchedulerSettings(max_seqs=1)
+    for prompt in (8192, 2048):
+        need = parking.need(prompt)[0]
+        parked = room // need
+        reqs = [Request(0.0, 8192, 4000)] + [Request(0.0, prompt, 2) for _ in range(parked + 10)]
+        res = simulate(reqs, h100_dense, "disaggregated", 1, 1, settings=settings)
+        started = res.prefill_queue_s  # arrival 0: the prefill's start
+        # the first request decodes alone for its 4000 tokens; meanwhile exactly `parked` prompts park
+        assert int((started < res.finish_s[0]).sum()) == 1 + parked, prompt
+    assert parking.need(2048)[0] * 4 == pytest.approx(parking.need(8192)[0], rel=0.01)
 
 
 def test_disaggregated_prefill_batches_waiting_prompts_up_to_the_token_cap(h100_dense: StepCosts) -> None:
