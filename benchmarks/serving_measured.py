@@ -48,9 +48,9 @@ Runs (configs):
   distserve/single_stage_engine.py:374-403), and the KV migrated within the node over NVLink: DistServe
   places the context and decoding workers of a layer in one STRICT_PACK placement group (one node,
   distserve/engine.py:168-200) and copies the blocks GPU to GPU through CUDA IPC handles
-  (distserve/worker.py:229-256); its testbed's A100 SXM GPUs are NVLinked (DistServe section 6.1), 300
-  GB/s per direction (NVIDIA A100 datasheet: third-generation NVLink, 600 GB/s bidirectional), so
-  `KV_LINK_GBPS` is 300, not sim.serving's 50 GB/s NIC default.
+  (distserve/worker.py:229-256), so the KV moves over the node's NVLink between A100 SXM GPUs: 300 GB/s
+  per direction (A100 third-generation NVLink, 600 GB/s bidirectional per GPU, NVIDIA's A100 datasheet),
+  so `KV_LINK_GBPS` is 300, not sim.serving's 50 GB/s NIC default.
 - Not kept: `distserve-c21d12-*` (decode pipeline parallel 2: not modelled) and the unprefixed
   `distserve-{N}-{rate}.exp`, whose configuration no file states: by their clocks they ran between the
   vLLM runs on the same machine, and their attainment is not monotone in rate (at the alignment targets
