@@ -65,7 +65,9 @@ profile at TP 2 and the decode replica's at TP 1, `pool_engines`):
   its base engine at TP 2 (`sarathi-serve-a100-tp2`, or `none`) with the fitted request overhead (the API
   server's time before a request is queued). Nothing is fitted to the c21d11 runs.
 Simulated on CPU, never on a GPU; nothing of the simulator was set from these runs except the fitted
-engines' three numbers, from vllm-100-1.
+engines' three numbers, from vllm-100-1. One model change followed the first c21d11 replay: the prefill GPU
+parks each prompt's KV by its own bytes, as DistServe's context scheduler counts blocks, where it had
+counted slots sized by the longest prompt (docs/serving_validation.md, "DistServe's own runs").
 """
 
 from __future__ import annotations
@@ -445,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help="comma-separated engine profiles (sim/engine_profiles names, none, YAML paths) "
-                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100 and the diagnostic "
-                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml]")
+                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100, the diagnostic "
+                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml, "
+                        "distserve-opt13b-a100 and the engines fitted on vllm-100-1]")
     parser.add_argument("--runs", default="", help="comma-separated run keys, e.g. vllm-300-3 [all]")
     parser.add_argument("--implementation", choices=("ideal", "as-published"), default="ideal")
     default_levels = ",".join(f"{x:g}" for x in ATTAINMENT_PCT)
