@@ -40,9 +40,17 @@ Runs (configs):
 - `c21d11`: DistServe with its context (prefill) instance on 2 GPUs (tensor parallel 2) and its decoding
   instance on 1 GPU (the launch default for OPT-13B, (2, 1, 1, 1) in 2-start-api-server.py at every
   commit; align_with_real.py:106 runs them at tp_prefill 2), context batches FCFS up to 128 prompts and
-  8192 tokens, decoding up to 1024 sequences (2-start-api-server.py:108-114 at 82831f1). Rates 3 to 12
-  (of the 3-GPU fleet) with N = 300, and 4.5 to 12 again with N = 100 x rate. Needs tensor parallelism:
-  listed, not replayed here.
+  8192 tokens, decoding up to 1024 sequences (2-start-api-server.py:108-114 at 82831f1; the artifact's
+  launch script, evaluation/ae-scripts/e2e/opt-13b-distllm-server.sh, starts it with no other flag).
+  Rates 3 to 12 (of the 3-GPU fleet) with N = 300, and 4.5 to 12 again with N = 100 x rate. Replayed as
+  `disaggregated`: one prefill replica at tensor parallel 2, one decode replica at TP 1, the first token
+  at the prefill's end (DistServe's context stage streams it before the KV migrates:
+  distserve/single_stage_engine.py:374-403), and the KV migrated within the node over NVLink: DistServe
+  places the context and decoding workers of a layer in one STRICT_PACK placement group (one node,
+  distserve/engine.py:168-200) and copies the blocks GPU to GPU through CUDA IPC handles
+  (distserve/worker.py:229-256), so the KV moves over the node's NVLink between A100 SXM GPUs: 300 GB/s
+  per direction (A100 third-generation NVLink, 600 GB/s bidirectional per GPU, NVIDIA's A100 datasheet),
+  so `KV_LINK_GBPS` is 300, not sim.serving's 50 GB/s NIC default.
 - Not kept: `distserve-c21d12-*` (decode pipeline parallel 2: not modelled) and the unprefixed
   `distserve-{N}-{rate}.exp`, whose configuration no file states: by their clocks they ran between the
   vLLM runs on the same machine, and their attainment is not monotone in rate (at the alignment targets
@@ -66,11 +74,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MeasuredRun", "Slo", "CONFIGS", "SLOS", "CSV_FILES", "load_runs"]
+__all__ = ["MeasuredRun", "Slo", "CONFIGS", "SLOS", "CSV_FILES", "KV_LINK_GBPS", "load_runs"]
 
 _DATA = Path(__file__).resolve().parent / "data"
 CSV_FILES = tuple(_DATA / f"distserve_opt13b_sharegpt_measured_{b}.csv" for b in ("vllm", "distserve"))
 MODEL, GPU = "opt-13b", "a100-80g-sxm"
+KV_LINK_GBPS = 300.0  # DistServe's KV migration: NVLink within one A100 SXM node, per direction (docstring)
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class Config:
     settings: dict[str, object]
     gpu_memory_utilization: float
     needs: tuple[str, ...] = ()
+    prefill_tensor_parallel: int = 1  # disaggregated: GPUs of the prefill replica (the decode replica: 1)
 
 
 # vLLM's launch flags: sim.serving.SchedulerSettings fields (the same as serving_published's
@@ -91,8 +101,9 @@ CONFIGS: dict[str, Config] = {
     "tp1": Config("vllm", "vLLM, 1 A100 80GB (TP 1)", "prefill-first",
                   {"max_seqs": 1024, "max_batched_tokens": 16384}, 0.95),
     "c21d11": Config("distserve", "DistServe, prefill TP 2 + decode TP 1 (3 A100 80GB)", "disaggregated",
-                     {"prefill_gpus": 1, "decode_gpus": 1, "max_batched_tokens": 8192, "max_seqs": 1024},
-                     0.95, needs=("tensor parallelism (prefill TP 2)",)),
+                     {"prefill_gpus": 1, "decode_gpus": 1, "max_batched_tokens": 8192, "max_seqs": 1024,
+                      "kv_link_gbps": KV_LINK_GBPS, "first_token": "prefill"},
+                     0.95, prefill_tensor_parallel=2),
 }
 
 

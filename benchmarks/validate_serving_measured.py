@@ -8,7 +8,10 @@ The runs and their setup: benchmarks/serving_measured.py. Each run it can reprod
 EXACT requests (prompt and output lengths, issue times relative to the first), not new Poisson draws, on
 the scheduler and settings the run used: vLLM -> `prefill-first` with DistServe's launch flags
 (max_num_seqs 1024, max_num_batched_tokens 16384) and --gpu-memory-utilization 0.95, model opt-13b, GPU
-a100-80g-sxm, dense. DistServe's c21d11 runs need tensor parallelism (prefill TP 2): listed, not replayed.
+a100-80g-sxm, dense; DistServe's c21d11 runs -> `disaggregated` with one prefill replica at tensor parallel 2
+and one decode replica at TP 1 (DistServe's launch: context batches up to 8192 tokens, decode up to 1024
+sequences, GPU memory utilisation 0.95), the first token at the prefill's end and the KV migrated over
+NVLink at 300 GB/s (serving_measured.py says why).
 
 Per run: measured vs ours P50 and P90 TTFT, P90 and mean TPOT, and the SLO attainment (share of requests
 within both limits) at the authors' alignment targets (TTFT < 200 ms, TPOT < 100 ms) and at DistServe's
@@ -27,17 +30,25 @@ request), so its curve can cross where the measured one did; the RMSE of the att
 points (the authors' alignment score, align_with_real.py:212-214); and the rates at which each P90 (TTFT
 and TPOT, each on its own) meets its limit.
 
-Engines (`--engines`, sim/engine_profiles):
+Engines (`--engines`, sim/engine_profiles; on the c21d11 runs each stands for a pair, the prefill replica's
+profile at TP 2 and the decode replica's at TP 1, `pool_engines`):
 - `sarathi-serve-a100`: the step model plus Vidur's profile of Sarathi-Serve's engine host time per
   iteration: independent of DistServe's data (held out);
-- `none`: the step model's kernels alone (held out);
+- `none`: the step model's kernels alone (held out; at TP 2 one GPU's shard plus Vidur's measured NCCL
+  all-reduces);
+- `distserve-opt13b-a100`: DistServe's own engine, whole steps as DistServe profiled them: on the c21d11
+  runs `distserve-opt13b-a100-tp2` (prefill) + `distserve-opt13b-a100` (decode). NOT held out: the
+  authors' align_with_real.py (20a1633:100-107, `get_distserve_comparison`) replays exactly these runs
+  (tp_prefill 2) to score their simulator, and the DistServe prefill factor x1.1 (3cb7744, 2024-04-25)
+  and a decode factor (8a653a7) set after the runs were committed were folded into the JSON by 4c68ed9
+  "Realign the curve". Not the engine of the vLLM runs (skipped there);
 - `distserve-vllm-opt13b-a100`: DistServe's own per-iteration profile of this vLLM. NOT held out: its
   coefficients are the authors' fit times fudge factors (prefill x1.4, decode x1.2, and +1 ms per
   prefill) set in simdistserve/estimators/time_estimator.py on 2024-04-24/25 (commits 8a653a7 "Add
   fundge overhead", 3cb7744), one and two days after these runs were committed with align_with_real.py,
   whose job is to compare the simulator with exactly these runs, and folded into the JSON in 4c68ed9
   "Realign the curve" (2024-05-01; old vLLM prefill (15.75, 0.1004, 5.77e-6) x 1.4 = the profile's
-  (22.05, 0.1405, 8.08e-6), old decode x 1.2 = its decode);
+  (22.05, 0.1405, 8.08e-6), old decode x 1.2 = its decode); vLLM's, so not replayed on the c21d11 runs;
 - benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml, a diagnostic: the same profile as of
   the runs' commit, before those factors (the forward-pass fit plus the simulator's Ray overhead); it
   shows what the factors fitted after the runs contribute.
@@ -48,9 +59,15 @@ Engines (`--engines`, sim/engine_profiles):
   every other run (1.5-4 req/s) is held out. The form was fixed before the fit, from the low-load run and
   the diagnosis below it in docs/serving_validation.md (about 30 ms per request outside the engine, about
   4-7 ms per decode step growing with the batch), and not changed after seeing the held-out runs. The
-  attainment RMSE is also printed over the held-out runs alone.
+  attainment RMSE is also printed over the held-out runs alone. On the c21d11 runs a cross-engine
+  diagnostic: vLLM 0.2's API server's overheads on DistServe's engine (its own API server, also Ray-based);
+  the fitted profile is valid at TP 1 only, so it prices the decode replica, and the prefill replica runs
+  its base engine at TP 2 (`sarathi-serve-a100-tp2`, or `none`) with the fitted request overhead (the API
+  server's time before a request is queued). Nothing is fitted to the c21d11 runs.
 Simulated on CPU, never on a GPU; nothing of the simulator was set from these runs except the fitted
-engines' three numbers, from vllm-100-1.
+engines' three numbers, from vllm-100-1. One model change followed the first c21d11 replay: the prefill GPU
+parks each prompt's KV by its own bytes, as DistServe's context scheduler counts blocks, where it had
+counted slots sized by the longest prompt (docs/serving_validation.md, "DistServe's own runs").
 """
 
 from __future__ import annotations
@@ -68,7 +85,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serving_measured import CONFIGS, GPU, MODEL, SLOS, MeasuredRun, load_runs  # noqa: E402
-from benchmarks.validate_serving import TARGET, runner  # noqa: E402
+from benchmarks.validate_serving import TARGET  # noqa: E402
 
 _ENGINE_FILES = Path(__file__).resolve().parent / "data" / "engines"
 FORWARD_ENGINE = _ENGINE_FILES / "distserve-vllm-opt13b-a100-forward.yaml"
@@ -76,8 +93,14 @@ FORWARD_ENGINE = _ENGINE_FILES / "distserve-vllm-opt13b-a100-forward.yaml"
 TRAIN_RUN = "vllm-100-1"
 FITTED_ENGINES = {"vllm-opt13b-a100-fitted-100-1": "sarathi-serve-a100",
                   "vllm-opt13b-a100-fitted-100-1-base-none": "none"}
-ENGINES = ("sarathi-serve-a100", "none", "distserve-vllm-opt13b-a100", str(FORWARD_ENGINE),
+DISTSERVE_ENGINE = "distserve-opt13b-a100"
+ENGINES = ("sarathi-serve-a100", "none", "distserve-vllm-opt13b-a100", str(FORWARD_ENGINE), DISTSERVE_ENGINE,
            *(str(_ENGINE_FILES / f"{name}.yaml") for name in FITTED_ENGINES))
+# c21d11 (prefill TP 2 + decode TP 1): the prefill replica's profile for each engine (the decode replica: the
+# engine itself); vLLM's profiles are not DistServe's engine and are not replayed there
+PREFILL_TP2 = {"none": "none", "sarathi-serve-a100": "sarathi-serve-a100-tp2",
+               DISTSERVE_ENGINE: "distserve-opt13b-a100-tp2",
+               **{name: f"{base}-tp2" if base != "none" else "none" for name, base in FITTED_ENGINES.items()}}
 HELD_OUT = {  # engine profile name -> whether it is independent of these runs (module docstring)
     "sarathi-serve-a100": "held out",
     "none": "held out",
@@ -87,6 +110,18 @@ HELD_OUT = {  # engine profile name -> whether it is independent of these runs (
     "(20a1633), before its alignment; committed a day before the runs (3261c76), which carry no wall date",
     **{name: f"base {base} + a server term and a request overhead fitted on {TRAIN_RUN} (train); other runs "
        "held out" for name, base in FITTED_ENGINES.items()},
+    DISTSERVE_ENGINE: "DistServe's own engine: replayed on its c21d11 runs only (below)",
+}
+HELD_OUT_C21D11 = {  # the same, on the c21d11 runs (DistServe's engine; module docstring)
+    "none": "held out: kernels only, the prefill replica one GPU's TP 2 shard + measured NCCL all-reduces",
+    "sarathi-serve-a100": "held out; a proxy engine: Sarathi-Serve's host time (Vidur's profile, TP 2 on the "
+    "prefill replica, TP 1 on decode), not DistServe's",
+    DISTSERVE_ENGINE: "NOT held out: DistServe's whole-step profiles (prefill distserve-opt13b-a100-tp2, "
+    "decode distserve-opt13b-a100); align_with_real.py (20a1633:100-107) replays these c21d11 runs to score "
+    "DistServe's simulator, and factors set after them (3cb7744, 8a653a7) were folded in by 4c68ed9",
+    **{name: f"cross-engine diagnostic: vLLM 0.2's server term and request overhead fitted on {TRAIN_RUN} on "
+       f"the decode replica (the profile is valid at TP 1 only); prefill replica on {PREFILL_TP2[name]} at "
+       "TP 2 with the fitted request overhead; nothing fitted to these runs" for name in FITTED_ENGINES},
 }
 ATTAINMENT_PCT = (90.0, 50.0)
 LONG_OUTPUT_TOKENS = 20
@@ -121,7 +156,30 @@ def summary(ttft_ms: np.ndarray, tpot_ms: np.ndarray) -> dict[str, float]:
     return out
 
 
-def step_costs(config: str, runs: list[MeasuredRun], engine: str, implementation: str) -> Any:
+def pool_engines(config: str, engine: str) -> tuple[Any, Any] | str:
+    """(prefill replica's engine profile or None, the engine of the run's (decode) replicas) for `config`'s
+    runs, or why `engine` is not replayed on them."""
+    from dataclasses import replace as replace_profile
+
+    from sim.serving.engine import load_engine
+
+    profile = load_engine(engine)
+    if CONFIGS[config].scheduler != "disaggregated":
+        if profile.name == DISTSERVE_ENGINE:
+            return "DistServe's own engine profile, not vLLM's"
+        return None, profile
+    if profile.name not in PREFILL_TP2:
+        return "vLLM's engine profile; these runs ran DistServe's engine"
+    prefill = load_engine(PREFILL_TP2[profile.name])
+    if profile.request_overhead_ms:  # the requests arrive at the prefill replica: the API server's time
+        prefill = replace_profile(prefill, name=f"{prefill.name} + request overhead of {profile.name}",
+                                  request_overhead_ms=profile.request_overhead_ms,
+                                  request_overhead_source=profile.request_overhead_source)
+    return prefill, profile
+
+
+def step_costs(config: str, runs: list[MeasuredRun], engine: Any, implementation: str,
+               tensor_parallel: int = 1) -> Any:
     from sim.config import SimConfig
     from sim.serving import StepCosts
 
@@ -130,23 +188,40 @@ def step_costs(config: str, runs: list[MeasuredRun], engine: str, implementation
     cfg = SimConfig(model=MODEL, hardware=GPU, method="dense", input_tokens=longest[0],
                     output_tokens=longest[1], implementation=implementation,
                     gpu_memory_utilization=CONFIGS[config].gpu_memory_utilization)
-    return StepCosts(cfg, None, engine=engine)
+    flag = "--prefill-tensor-parallel" if tensor_parallel > 1 else "--tensor-parallel"
+    return StepCosts(cfg, None, engine=engine, tensor_parallel=tensor_parallel, tensor_parallel_flag=flag)
 
 
-def replay(run: MeasuredRun, costs: Any) -> dict[str, Any]:
-    """Our TTFT and TPOT of each of the run's requests (ms), with the run's own scheduler and settings."""
+def _simulate(config: str, reqs: list[Any], costs: Any, prefill_costs: Any) -> Any:
+    """The run's scheduler with its settings (CONFIGS): disaggregated, `prefill_costs` prices the prefill
+    replica (its own tensor-parallel degree) and `costs` the decode replica."""
+    from sim.serving import SchedulerSettings, simulate
+
+    c = CONFIGS[config]
+    pools = ("prefill_gpus", "decode_gpus")
+    knobs: dict[str, Any] = {k: v for k, v in c.settings.items() if k not in pools}
+    if c.prefill_tensor_parallel > 1:
+        knobs["prefill_tensor_parallel"] = c.prefill_tensor_parallel
+    prefill, decode = (int(c.settings.get(k, 0)) for k in pools)  # type: ignore[call-overload]
+    return simulate(reqs, costs, c.scheduler, decode or 1, prefill, settings=SchedulerSettings(**knobs),
+                    prefill_costs=prefill_costs)
+
+
+def replay(run: MeasuredRun, costs: Any, prefill_costs: Any = None) -> dict[str, Any]:
+    """Our TTFT and TPOT of each of the run's requests (ms), with the run's own scheduler and settings
+    (`prefill_costs`: the disaggregated prefill replica's, `costs` by default)."""
     from sim.serving import Request
 
-    config = CONFIGS[run.config]
     reqs = [Request(float(t), int(p), int(o))
             for t, p, o in zip(run.issue_time_s, run.prompt_len, run.output_len, strict=True)]
-    result = runner(config.scheduler, config.settings)(reqs, costs)
+    result = _simulate(run.config, reqs, costs, prefill_costs)
+    front = prefill_costs or costs
     ttft_ms = result.ttft_s * 1e3
     tpot_ms = np.where(run.output_len > 1, result.tpot_s * 1e3, 0.0)  # DistServe's client: 0 for one token
     finished = np.isfinite(result.finish_s)
     tpot_ms = np.where(finished | (run.output_len == 1), tpot_ms, np.nan)
     # waiting in the engine's queue: from issue to prefill start less the engine's request overhead
-    queue_ms = result.prefill_queue_s * 1e3 - costs.engine_profile.request_overhead_ms
+    queue_ms = result.prefill_queue_s * 1e3 - front.engine_profile.request_overhead_ms
     return {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "prefill_queue_ms": queue_ms,
             "max_iteration_tokens": int(result.max_iteration_tokens), "max_batch": int(result.max_batch)}
 
@@ -186,13 +261,13 @@ def goodput(xs: list[float], meas: list[float], ours_xs: list[float], ours: list
             "ratio": go / gm if fm and fo else None, "ratio_above": ours_xs[-1] / gm if above else None}
 
 
-def extension(run: MeasuredRun, costs: Any) -> list[tuple[float, dict[str, Any]]]:
+def extension(run: MeasuredRun, costs: Any, prefill_costs: Any = None) -> list[tuple[float, dict[str, Any]]]:
     """Ours past the highest measured rate: `run`'s requests with its issue times scaled to each of
     EXTEND_FACTORS x its rate (as the client scales one arrival pattern to each rate), our summary at each."""
     out = []
     for factor in EXTEND_FACTORS:
         scaled = replace(run, rate=run.rate * factor, issue_time_s=run.issue_time_s / factor)
-        ours = replay(scaled, costs)
+        ours = replay(scaled, costs, prefill_costs)
         out.append((scaled.rate, summary(ours["ttft_ms"], ours["tpot_ms"])))
     return out
 
@@ -250,16 +325,19 @@ def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
     for config in sorted({r.config for r in runs}):
         mine = [r for r in runs if r.config == config]
         needs = CONFIGS[config].needs
-        if needs:
+        pools = pool_engines(config, engine) if not needs else f"needs {needs[0]}"
+        if isinstance(pools, str):
             for r in mine:
-                why = f"needs {needs[0]}"
-                out["runs"][r.key] = {"config": config, "rate": r.rate, "n": r.n, "status": why,
+                out["runs"][r.key] = {"config": config, "rate": r.rate, "n": r.n, "status": pools,
                                       "measured": summary(r.ttft_ms, r.tpot_ms)}
             out["configs"][config] = measured_curve(mine, out["runs"], levels)
             continue
-        costs = step_costs(config, mine, engine, implementation)
+        prefill_engine, run_engine = pools
+        costs = step_costs(config, mine, run_engine, implementation)
+        prefill_costs = None if prefill_engine is None else step_costs(
+            config, mine, prefill_engine, implementation, CONFIGS[config].prefill_tensor_parallel)
         for r in mine:
-            ours = replay(r, costs)
+            ours = replay(r, costs, prefill_costs)
             entry = {"config": config, "rate": r.rate, "n": r.n, "status": "ok",
                      "train": name in FITTED_ENGINES and r.key == TRAIN_RUN,
                      "measured": summary(r.ttft_ms, r.tpot_ms),
@@ -269,8 +347,13 @@ def evaluate(runs: list[MeasuredRun], engine: str, implementation: str,
                 entry["diagnosis"] = diagnose(r, ours)
             out["runs"][r.key] = entry
         last = max((r for r in mine if r.on_curve), key=lambda r: r.rate, default=None)
-        extended = extension(last, costs) if last is not None else []
+        extended = extension(last, costs, prefill_costs) if last is not None else []
         out["configs"][config] = curve(mine, out["runs"], levels, extended)
+        if prefill_engine is not None:
+            tp = CONFIGS[config].prefill_tensor_parallel
+            out["configs"][config]["engines"] = (f"prefill {prefill_engine.name} (TP {tp}), decode "
+                                                 f"{run_engine.name} (TP 1)")
+            out["configs"][config]["held_out"] = HELD_OUT_C21D11.get(name, "not one of this check's engines")
     return out
 
 
@@ -337,7 +420,10 @@ def print_engine(res: dict[str, Any]) -> None:
                 print(f"  {config}, measured only{gpus}, {slo.name} SLO, goodput over rates {c['rates']}: "
                       f"{found}")
             continue
-        print(f"  {config}, goodput over rates {c['rates']} (ours extended to {c['extended_rates']}):")
+        if "engines" in c:
+            print(f"  {config} ({CONFIGS[config].text}) on {c['engines']}: {c['held_out']}")
+        gpus = "" if config != "c21d11" else ", rates of the 3-GPU fleet"
+        print(f"  {config}, goodput over rates {c['rates']}{gpus} (ours extended to {c['extended_rates']}):")
         for slo in SLOS:
             s = c[slo.name]
             print(f"    {slo.name} SLO (TTFT {slo.ttft_ms:g} ms, TPOT {slo.tpot_ms:g} ms): "
@@ -361,8 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", default=",".join(ENGINES),
                         help="comma-separated engine profiles (sim/engine_profiles names, none, YAML paths) "
-                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100 and the diagnostic "
-                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml]")
+                        "[sarathi-serve-a100, none, distserve-vllm-opt13b-a100, the diagnostic "
+                        "benchmarks/data/engines/distserve-vllm-opt13b-a100-forward.yaml, "
+                        "distserve-opt13b-a100 and the engines fitted on vllm-100-1]")
     parser.add_argument("--runs", default="", help="comma-separated run keys, e.g. vllm-300-3 [all]")
     parser.add_argument("--implementation", choices=("ideal", "as-published"), default="ideal")
     default_levels = ",".join(f"{x:g}" for x in ATTAINMENT_PCT)

@@ -19,7 +19,7 @@ import simpy
 
 from sim.errors import SimInputError
 from sim.serving.chunked import ChunkedReplica
-from sim.serving.disaggregated import DecodeReplica, PrefillWorker, park_slots
+from sim.serving.disaggregated import DecodeReplica, PrefillWorker
 from sim.serving.ledger import Ledger
 from sim.serving.prefill_first import PrefillFirstReplica
 from sim.serving.replica import BlockingReplica, Replica
@@ -105,11 +105,10 @@ def simulate(
         decoders = [DecodeReplica(env, book, costs, cap) for _ in range(replicas)]
         gpus = list(decoders)
         decode_router = Router(router, decoders)
-        slots = park_slots(pre, max(r.input_tokens for r in requests))
         front = [
             PrefillWorker(
-                env, book, pre, slots, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
-                settings.max_batched_tokens,
+                env, book, pre, settings.kv_link_gbps, lambda: decoders[decode_router.pick()],
+                settings.max_batched_tokens, settings.first_token == "prefill",
             )
             for _ in range(prefill_replicas)
         ]

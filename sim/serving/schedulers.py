@@ -33,7 +33,11 @@ answer cites.
   prefill (Splitwise and Mooncake overlap it layer by layer: this is the conservative end). A finished
   prefill parks its KV on the prefill GPU until then, as many as its memory holds beside the next
   prompt. The first token reaches the user with the handoff (TTFT = queueing + prefill + decode wait +
-  transfer); the decode pool batches continuously, decode only.
+  transfer), or, with `first_token="prefill"`, when the prefill ends, as DistServe's context stage
+  streams it before the KV migrates (LLMServe/DistServe distserve/single_stage_engine.py:374-403 at
+  82831f1: the step output goes to the client at `ContextEnd`, then the request joins the bridge queue to
+  the decoding stage; a request of one output token finishes there); the decode wait and the transfer
+  then fall in the gap to the second token. The decode pool batches continuously, decode only.
 """
 
 from __future__ import annotations
@@ -49,10 +53,12 @@ __all__ = [
     "check_scheduler",
     "DEFAULT_CHUNK_TOKENS",
     "DEFAULT_KV_LINK_GBPS",
+    "FIRST_TOKEN_AT",
 ]
 
 DEFAULT_CHUNK_TOKENS = 512
 DEFAULT_KV_LINK_GBPS = 50.0
+FIRST_TOKEN_AT = ("handoff", "prefill")  # disaggregated: when the first token reaches the user
 
 SCHEDULERS: dict[str, str] = {
     "blocking": "prefill blocks decode: each prompt prefilled alone between decode steps, as the FreeKV, "
@@ -78,8 +84,15 @@ class SchedulerSettings:
     max_batched_tokens: int | None = None  # prompt tokens of one prefill iteration (prefill-first, disagg.)
     tensor_parallel: int = 1  # GPUs per replica (disaggregated: per decode replica)
     prefill_tensor_parallel: int | None = None  # disaggregated: GPUs per prefill replica (None: the same)
+    first_token: str = "handoff"  # disaggregated: the first token reaches the user at the KV handoff or
+    # at the prefill's end (FIRST_TOKEN_AT; module docstring)
 
     def __post_init__(self) -> None:
+        if self.first_token not in FIRST_TOKEN_AT:
+            raise SimInputError(
+                f"first_token must be one of {', '.join(FIRST_TOKEN_AT)} (when a disaggregated request's "
+                f"first token reaches the user), got {self.first_token!r}"
+            )
         for flag, t in (("--tensor-parallel", self.tensor_parallel),
                         ("--prefill-tensor-parallel", self.prefill_tensor_parallel)):
             if t is not None and t < 1:
@@ -100,6 +113,8 @@ class SchedulerSettings:
             parts.append(f"at most {self.max_batched_tokens} prompt tokens per prefill iteration")
         if scheduler == "disaggregated":
             parts.append(f"KV link {self.kv_link_gbps:g} GB/s")
+            if self.first_token == "prefill":
+                parts.append("first token at the prefill's end, before the KV moves")
         if self.max_seqs is not None:
             unit = "GPU" if self.tensor_parallel == 1 else "replica"
             parts.append(f"at most {self.max_seqs} sequences per {unit}")

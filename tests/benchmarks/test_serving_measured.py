@@ -8,6 +8,8 @@ import pytest
 
 from benchmarks.serving_measured import CONFIGS, SLOS, load_runs
 from benchmarks.validate_serving_measured import (
+    ENGINES,
+    FITTED_ENGINES,
     evaluate,
     find_intersection,
     goodput,
@@ -16,6 +18,7 @@ from benchmarks.validate_serving_measured import (
     step_costs,
     summary,
 )
+from sim.serving.engine import load_engine
 
 
 @pytest.fixture(scope="module")
@@ -94,22 +97,56 @@ def test_one_run_replays_with_its_own_requests(runs) -> None:
 
 
 def test_evaluate_marks_what_it_cannot_replay(runs) -> None:
+    """Each engine is replayed on the runs of the server it models: DistServe's engine profile not on vLLM's
+    runs, vLLM's profile not on DistServe's."""
     subset = [r for r in runs if r.key in ("vllm-100-1", "vllm-150-1.5", "distserve-c21d11-300-3")]
-    res = evaluate(subset, "sarathi-serve-a100", "ideal")
-    assert res["held_out"] == "held out"
-    assert res["runs"]["distserve-c21d11-300-3"]["status"].startswith("needs tensor parallelism")
-    assert res["runs"]["vllm-100-1"]["status"] == "ok"
-    curve = res["configs"]["tp1"]
-    assert curve["rates"] == [1.0, 1.5] and np.isfinite(curve["align"]["rmse_pp"])
-    measured_only = res["configs"]["c21d11"]
-    assert measured_only["measured_only"] and "ours_attainment_pct" not in measured_only["align"]
+    res = evaluate(subset, "distserve-opt13b-a100", "ideal")
+    assert res["runs"]["vllm-100-1"]["status"].startswith("DistServe's own engine profile")
+    tp1 = res["configs"]["tp1"]
+    assert tp1["measured_only"] and "ours_attainment_pct" not in tp1["align"]
+    assert res["runs"]["distserve-c21d11-300-3"]["status"] == "ok"
+    c21 = [r for r in subset if r.config == "c21d11"]
+    res = evaluate(c21, "distserve-vllm-opt13b-a100", "ideal")
+    assert res["runs"]["distserve-c21d11-300-3"]["status"].startswith("vLLM's engine profile")
+
+
+def test_c21d11_replays_on_a_tp2_prefill_and_a_tp1_decode_replica(runs) -> None:
+    """DistServe's c21d11 run at 3 req/s: one prefill replica at tensor parallel 2 (one GPU's shard plus the
+    all-reduces), one decode replica at TP 1, the first token when the prefill ends (before the KV moves),
+    context batches within DistServe's 8192 tokens; labelled held out on `none`, not held out on DistServe's
+    own profiles."""
+    from benchmarks.serving_measured import KV_LINK_GBPS
+    from benchmarks.validate_serving_measured import pool_engines
+
+    run = next(r for r in runs if r.key == "distserve-c21d11-300-3")
+    assert CONFIGS["c21d11"].settings["first_token"] == "prefill" and KV_LINK_GBPS == 300.0
+    prefill_engine, decode_engine = pool_engines("c21d11", "none")
+    prefill = step_costs("c21d11", [run], prefill_engine, "ideal", 2)
+    decode = step_costs("c21d11", [run], decode_engine, "ideal")
+    assert prefill.tp.degree == 2 and decode.tp.degree == 1
+    assert prefill.prefill_s(1024) < decode.prefill_s(1024)  # half the model's work per GPU, plus collectives
+    ours = replay(run, decode, prefill)
+    assert np.all(np.isfinite(ours["ttft_ms"])) and np.all(np.isfinite(ours["tpot_ms"]))
+    # the first token comes at the prefill's end: never before the prompt's own TP 2 prefill
+    alone_ms = np.array([prefill.prefill_batch_s([int(p)]) * 1e3 for p in run.prompt_len])
+    assert np.all(ours["ttft_ms"] >= alone_ms * (1 - 1e-9))
+    assert ours["ttft_ms"][0] == pytest.approx(alone_ms[0])  # the first request meets idle GPUs
+    assert ours["max_iteration_tokens"] <= 8192
+    assert np.all(ours["tpot_ms"][run.output_len == 1] == 0)
+    res = evaluate([run], "distserve-opt13b-a100", "ideal")
+    c = res["configs"]["c21d11"]
+    assert "distserve-opt13b-a100-tp2 (TP 2)" in c["engines"] and c["held_out"].startswith("NOT held out")
+    assert c["rates"] == [3.0] and len(c["extended_rates"]) > 0
+    fitted = [e for e in ENGINES if load_engine(e).name in FITTED_ENGINES]
+    pre, dec = pool_engines("c21d11", fitted[0])
+    assert dec.tensor_parallel == 1 and pre.tensor_parallel == 2  # the fit prices the TP 1 decode replica
+    assert pre.request_overhead_ms == dec.request_overhead_ms > 0  # requests arrive at the prefill replica
 
 
 def test_fitted_engines_mark_their_train_run_and_the_held_out_ones(runs) -> None:
     """The engines fitted on vllm-100-1 alone: that run is the train run, the others held out, and the
     attainment RMSE is also given over the held-out runs alone."""
-    from benchmarks.validate_serving_measured import ENGINES, FITTED_ENGINES, TRAIN_RUN
-    from sim.serving.engine import load_engine
+    from benchmarks.validate_serving_measured import TRAIN_RUN
 
     fitted = [e for e in ENGINES if load_engine(e).name in FITTED_ENGINES]
     assert len(fitted) == 2 and TRAIN_RUN == "vllm-100-1"

@@ -9,11 +9,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import simpy
 
 from sim import SimConfig
+from sim.errors import SimInputError
 from sim.serving import (
     Request,
     SchedulerSettings,
+    ServingResult,
     Slos,
     StepCosts,
     fewest_gpus,
@@ -101,6 +104,55 @@ def test_disaggregated_ttft_includes_the_kv_transfer(h100_dense: StepCosts) -> N
     assert fast.ttft_s[0] == pytest.approx(h100_dense.prefill_s(8192) + kv / 50e9, rel=1e-9)
     assert slow.ttft_s[0] - fast.ttft_s[0] == pytest.approx(kv / 5e9 - kv / 50e9, rel=1e-9)
     assert kv > 8192 * 2 * 32 * 8 * 128 * 2 * 0.99  # the prompt's K and V, all layers
+
+
+def test_disaggregated_first_token_at_the_prefill_end_leaves_the_decode_alone(h100_dense: StepCosts) -> None:
+    """DistServe's context stage streams the first token when the prefill ends: TTFT loses the KV transfer
+    (and any wait for decode memory), which moves into the gap to the second token; every finish time stays
+    the same. A request of one output token finishes at its prefill's end and moves no KV."""
+    reqs = [Request(0.0, 8192, 16), Request(0.02, 2048, 40)]
+    link = 5.0
+
+    def run(first_token: str, requests: list[Request] = reqs) -> ServingResult:
+        settings = SchedulerSettings(kv_link_gbps=link, first_token=first_token)
+        return simulate(requests, h100_dense, "disaggregated", 1, 1, settings=settings)
+
+    handoff, early = run("handoff"), run("prefill")
+    assert early.ttft_s[0] == pytest.approx(h100_dense.prefill_s(8192), rel=1e-9)
+    transfer_s = h100_dense.kv_bytes(8192) / (link * 1e9)
+    assert handoff.ttft_s[0] - early.ttft_s[0] == pytest.approx(transfer_s, rel=1e-9)
+    assert np.all(early.ttft_s < handoff.ttft_s)
+    assert np.allclose(early.finish_s, handoff.finish_s, rtol=1e-12)
+    assert np.all(early.tpot_s > handoff.tpot_s)  # (finish - first token) / (outputs - 1)
+    one = [Request(0.0, 4096, 1), Request(0.001, 2048, 40)]
+    early_one, handoff_one = run("prefill", one), run("handoff", one)
+    assert early_one.finish_s[0] == pytest.approx(h100_dense.prefill_s(4096), rel=1e-9)
+    # its KV no longer holds the link ahead of the next request's
+    assert early_one.finish_s[1] < handoff_one.finish_s[1]
+    text = SchedulerSettings(first_token="prefill").text("disaggregated")
+    assert "first token at the prefill's end" in text
+    with pytest.raises(SimInputError, match="first_token"):
+        SchedulerSettings(first_token="decode")
+
+
+def test_disaggregated_prefill_parks_each_prompts_own_kv(h100_dense: StepCosts) -> None:
+    """While the decode GPU is busy, the prefill GPU keeps prefilling as long as its free memory holds the
+    finished prompts' KV, each by its own size (DistServe's context stage counts each prompt's blocks):
+    four times as many prompts of a quarter of the longest prompt's length."""
+    from sim.serving.disaggregated import Parking
+
+    parking = Parking(simpy.Environment(), h100_dense)
+    room = parking.capacity[0]
+    settings = SchedulerSettings(max_seqs=1)
+    for prompt in (8192, 2048):
+        need = parking.need(prompt)[0]
+        parked = room // need
+        reqs = [Request(0.0, 8192, 4000)] + [Request(0.0, prompt, 2) for _ in range(parked + 10)]
+        res = simulate(reqs, h100_dense, "disaggregated", 1, 1, settings=settings)
+        started = res.prefill_queue_s  # arrival 0: the prefill's start
+        # the first request decodes alone for its 4000 tokens; meanwhile exactly `parked` prompts park
+        assert int((started < res.finish_s[0]).sum()) == 1 + parked, prompt
+    assert parking.need(2048)[0] * 4 == pytest.approx(parking.need(8192)[0], rel=0.01)
 
 
 def test_disaggregated_prefill_batches_waiting_prompts_up_to_the_token_cap(h100_dense: StepCosts) -> None:
