@@ -460,7 +460,7 @@ def bands_section(results: list[dict[str, Any]], engines: list[str], implementat
 
     kinds = {load_engine(e).name: engine_kind(e) for e in engines}
     return measured_section(results, kinds, {k: c.text for k, c in CONFIGS.items()}, [s.name for s in SLOS],
-                            implementation)
+                            implementation, "DistServe's measured OPT-13B ShareGPT runs (LLMServe/DistServe)")
 
 
 def _levels(text: str) -> tuple[float, ...] | None:

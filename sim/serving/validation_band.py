@@ -117,11 +117,11 @@ def _ratios(curve: dict[str, Any], slos: list[str]) -> tuple[list[dict[str, Any]
 
 
 def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], configs: dict[str, str],
-                     slos: list[str], implementation: str) -> dict[str, Any]:
+                     slos: list[str], implementation: str, source: str) -> dict[str, Any]:
     """The `measured` section from benchmarks/validate_serving_measured.py's results (one per engine):
     per engine its kind (a KINDS key, `kinds[engine name]`) and per config replayed on it the runs, whether
     held out, the goodputs and the min-max of their ratios ours / measured. `configs`: config -> the text
-    naming its runs."""
+    naming its runs; `source`: whose runs, a phrase."""
     engines: dict[str, Any] = {}
     for res in results:
         checks = []
@@ -146,7 +146,7 @@ def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], confi
         order = list(configs)
         checks.sort(key=lambda c: order.index(c["config"]))
         engines[res["engine"]] = {"kind": kinds[res["engine"]], "checks": checks}
-    return {"implementation": implementation, "slos": list(slos), "engines": engines}
+    return {"source": source, "implementation": implementation, "slos": list(slos), "engines": engines}
 
 
 def with_section(doc: dict[str, Any] | None, section: str, content: dict[str, Any]) -> dict[str, Any]:
@@ -234,8 +234,9 @@ def _published_text(pub: dict[str, Any]) -> str:
 
 def _kind_range(measured: dict[str, Any], kind: str, config: str) -> tuple[float, float] | None:
     """The min-max goodput ratio over every engine of `kind` on `config`'s runs, or None."""
-    ratios = [x for e in measured["engines"].values() if e["kind"] == kind for c in e["checks"]
-              if c["config"] == config and c["ratio_min"] is not None for x in (c["ratio_min"], c["ratio_max"])]
+    checks = [c for e in measured["engines"].values() if e["kind"] == kind for c in e["checks"]
+              if c["config"] == config and c["ratio_min"] is not None]
+    ratios = [x for c in checks for x in (c["ratio_min"], c["ratio_max"])]
     return (min(ratios), max(ratios)) if ratios else None
 
 
@@ -274,10 +275,11 @@ def serving_band(engine: str, path: str | None = None) -> dict[str, Any]:
     via = ""
     if key != engine:
         itself = any(f"prefill {engine} " in c.get("engines", "") for c in entry["checks"])
-        via = (f" (checked as {key}, its TP 1 profile"
-               + ("; this profile priced the TP 2 prefill replica of DistServe's runs" if itself else "") + ")")
+        also = "; this profile priced the TP 2 prefill replica of DistServe's runs" if itself else ""
+        via = f" (checked as {key}, its TP 1 profile{also})"
     checks = "; ".join(_check_text(c) for c in entry["checks"])
-    label = (f"{KINDS.get(entry['kind'], entry['kind'])}{via}: goodput ours/measured {checks}; {published} "
-             f"{pricing}")
-    return {"engine": engine, "checked_as": key, "kind": entry["kind"], "checks": entry["checks"],
+    kind = KINDS.get(entry["kind"], entry["kind"])
+    label = f"{kind}{via}: goodput ours/measured on {measured['source']}: {checks}; {published} {pricing}"
+    brief = [{k: v for k, v in c.items() if k not in ("runs", "goodputs")} for c in entry["checks"]]
+    return {"engine": engine, "checked_as": key, "kind": entry["kind"], "checks": brief,
             "published": pub["tally"], "label": label}
