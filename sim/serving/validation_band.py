@@ -63,6 +63,7 @@ KINDS = {  # engine kind -> how a line names it
 }
 RATIO_DECIMALS = 4
 _TP_SUFFIX = re.compile(r"-tp\d+$")
+_END_SUFFIX = re.compile(r" \((low|high) end\)$")  # EngineProfile.at_end's name
 
 
 def _factor(ratio: float) -> float:
@@ -257,12 +258,15 @@ def _unchecked_text(measured: dict[str, Any]) -> str:
 
 def serving_band(engine: str, path: str | None = None) -> dict[str, Any]:
     """The serving model's validation band for the engine profile named `engine` (EngineProfile.name; a
-    `-tpN` profile falls back to its TP 1 profile's checks, said so): {engine, checked_as, kind, checks,
+    `-tpN` profile falls back to its TP 1 profile's checks, and a profile at the low or high end of its
+    ranges (`NAME@low`) to its measured values, each said so): {engine, checked_as, kind, checks,
     published, label}, `label` the line `dse serve` prints. `path`: another file of the same form."""
     doc = load_document(path)
     measured, pub = doc["measured"], doc["published"]
     engines = measured["engines"]
-    key = engine if engine in engines else _TP_SUFFIX.sub("", engine)
+    end = _END_SUFFIX.search(engine)
+    plain = _END_SUFFIX.sub("", engine)
+    key = plain if plain in engines else _TP_SUFFIX.sub("", plain)
     entry = engines.get(key)
     published = _published_text(pub)
     pricing = f"[{measured['implementation']} pricing]"
@@ -272,11 +276,14 @@ def serving_band(engine: str, path: str | None = None) -> dict[str, Any]:
                  f"fit your server with `dse engine-fit`; {published} {pricing}")
         return {"engine": engine, "checked_as": None, "kind": None, "checks": [], "published": pub["tally"],
                 "label": label}
-    via = ""
-    if key != engine:
-        itself = any(f"prefill {engine} " in c.get("engines", "") for c in entry["checks"])
+    notes = []
+    if key != plain:
+        itself = any(f"prefill {plain} " in c.get("engines", "") for c in entry["checks"])
         also = "; this profile priced the TP 2 prefill replica of DistServe's runs" if itself else ""
-        via = f" (checked as {key}, its TP 1 profile{also})"
+        notes.append(f"checked as {key}, its TP 1 profile{also}")
+    if end is not None:
+        notes.append(f"checked at its measured values, not at the {end.group(1)} end of its ranges")
+    via = f" ({'; '.join(notes)})" if notes else ""
     checks = "; ".join(_check_text(c) for c in entry["checks"])
     kind = KINDS.get(entry["kind"], entry["kind"])
     label = f"{kind}{via}: goodput ours/measured on {measured['source']}: {checks}; {published} {pricing}"

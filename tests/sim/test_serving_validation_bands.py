@@ -159,6 +159,13 @@ def test_checked_engines_print_their_ranges_from_the_file() -> None:
     tp2 = serving_band("sarathi-serve-a100-tp2")
     assert tp2["checked_as"] == "sarathi-serve-a100" and "its TP 1 profile" in tp2["label"]
     assert "priced the TP 2 prefill replica" in tp2["label"]
+    from sim.serving.engine import load_engine
+
+    high = serving_band(load_engine("sarathi-serve-a100@high").name)
+    assert high["checked_as"] == "sarathi-serve-a100"
+    assert "checked at its measured values, not at the high end of its ranges" in high["label"]
+    tp4 = serving_band("sarathi-serve-a100-tp4")["label"]
+    assert "checked as sarathi-serve-a100, its TP 1 profile)" in tp4 and "prefill replica" not in tp4
 
 
 def test_unchecked_engine_says_so_with_the_files_numbers() -> None:
