@@ -456,11 +456,13 @@ def engine_kind(engine: str) -> str:
 def bands_section(results: list[dict[str, Any]], engines: list[str], implementation: str) -> dict[str, Any]:
     """The `measured` section of sim/validation/serving_bands.yaml from `evaluate`'s results on `engines`."""
     from sim.serving.engine import load_engine
-    from sim.serving.validation_band import measured_section
+    from sim.serving.validation_band import measured_section, profile_digest
 
     kinds = {load_engine(e).name: engine_kind(e) for e in engines}
+    digests = {load_engine(e).name: profile_digest(load_engine(e).path) for e in engines}
     return measured_section(results, kinds, {k: c.text for k, c in CONFIGS.items()}, [s.name for s in SLOS],
-                            implementation, "DistServe's measured OPT-13B ShareGPT runs (LLMServe/DistServe)")
+                            implementation, "DistServe's measured OPT-13B ShareGPT runs (LLMServe/DistServe)",
+                            digests)
 
 
 def _levels(text: str) -> tuple[float, ...] | None:

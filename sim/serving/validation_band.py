@@ -22,6 +22,7 @@ Torch-free (sim/ never imports torch); imports neither dse nor benchmarks/.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "dump_document",
     "load_document",
     "measured_section",
+    "profile_digest",
     "published_section",
     "published_tally",
     "serving_band",
@@ -117,12 +119,19 @@ def _ratios(curve: dict[str, Any], slos: list[str]) -> tuple[list[dict[str, Any]
     return goodputs, ratios
 
 
+def profile_digest(path: str) -> str:
+    """sha256 of an engine profile file's text ("" for no file: `none`), so a band is only given to the
+    very profile that was checked."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+
+
 def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], configs: dict[str, str],
-                     slos: list[str], implementation: str, source: str) -> dict[str, Any]:
+                     slos: list[str], implementation: str, source: str,
+                     digests: dict[str, str]) -> dict[str, Any]:
     """The `measured` section from benchmarks/validate_serving_measured.py's results (one per engine):
     per engine its kind (a KINDS key, `kinds[engine name]`) and per config replayed on it the runs, whether
     held out, the goodputs and the min-max of their ratios ours / measured. `configs`: config -> the text
-    naming its runs; `source`: whose runs, a phrase."""
+    naming its runs; `source`: whose runs, a phrase; `digests`: engine name -> profile_digest of its file."""
     engines: dict[str, Any] = {}
     for res in results:
         checks = []
@@ -146,7 +155,8 @@ def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], confi
             })
         order = list(configs)
         checks.sort(key=lambda c: order.index(c["config"]))
-        engines[res["engine"]] = {"kind": kinds[res["engine"]], "checks": checks}
+        engines[res["engine"]] = {"kind": kinds[res["engine"]], "profile_sha256": digests[res["engine"]],
+                                  "checks": checks}
     return {"source": source, "implementation": implementation, "slos": list(slos), "engines": engines}
 
 
@@ -256,10 +266,11 @@ def _unchecked_text(measured: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def serving_band(engine: str, path: str | None = None) -> dict[str, Any]:
+def serving_band(engine: str, profile_file: str | None = None, path: str | None = None) -> dict[str, Any]:
     """The serving model's validation band for the engine profile named `engine` (EngineProfile.name; a
     `-tpN` profile falls back to its TP 1 profile's checks, and a profile at the low or high end of its
-    ranges (`NAME@low`) to its measured values, each said so): {engine, checked_as, kind, checks,
+    ranges (`NAME@low`) to its measured values, each said so; `profile_file`: the profile's file, whose
+    text must be the checked file's, else the engine counts as unchecked): {engine, checked_as, kind, checks,
     published, label}, `label` the line `dse serve` prints. `path`: another file of the same form."""
     doc = load_document(path)
     measured, pub = doc["measured"], doc["published"]
@@ -270,9 +281,12 @@ def serving_band(engine: str, path: str | None = None) -> dict[str, Any]:
     entry = engines.get(key)
     published = _published_text(pub)
     pricing = f"[{measured['implementation']} pricing]"
-    if entry is None or not entry["checks"]:
+    other = (entry is not None and profile_file is not None and key == plain
+             and profile_digest(profile_file) != entry.get("profile_sha256"))
+    if entry is None or not entry["checks"] or other:
         unchecked = _unchecked_text(measured)
-        label = (f"no measured serving run checks this engine; {unchecked + '; ' if unchecked else ''}"
+        named = f" (a profile named {key} whose file differs from the one checked)" if other else ""
+        label = (f"no measured serving run checks this engine{named}; {unchecked + '; ' if unchecked else ''}"
                  f"fit your server with `dse engine-fit`; {published} {pricing}")
         return {"engine": engine, "checked_as": None, "kind": None, "checks": [], "published": pub["tally"],
                 "label": label}

@@ -22,6 +22,7 @@ from sim.serving.validation_band import (
     TARGET,
     dump_document,
     load_document,
+    profile_digest,
     published_section,
     published_tally,
     serving_band,
@@ -94,6 +95,9 @@ def test_checked_in_measured_engines_are_the_scripts_engines_and_ranges_are_thei
     names = {load_engine(e).name: vm.engine_kind(e) for e in vm.ENGINES}
     assert {e: v["kind"] for e, v in measured["engines"].items()} == names, STALE
     assert set(names.values()) == set(KINDS)
+    for e in vm.ENGINES:  # the profiles checked are today's files
+        profile = load_engine(e)
+        assert measured["engines"][profile.name]["profile_sha256"] == profile_digest(profile.path), STALE
     for entry in measured["engines"].values():
         for check in entry["checks"]:
             ratios = [g["ratio"] for g in check["goodputs"] if g["ratio"] is not None]
@@ -185,6 +189,19 @@ def test_unchecked_engine_says_so_with_the_files_numbers() -> None:
         assert "fit your server with `dse engine-fit`" in label
 
 
+def test_a_profile_file_other_than_the_checked_one_is_unchecked(tmp_path: Path) -> None:
+    from sim.serving.engine import load_engine
+
+    shipped = load_engine("sarathi-serve-a100")
+    assert serving_band(shipped.name, shipped.path)["checked_as"] == "sarathi-serve-a100"
+    copy = tmp_path / "sarathi-serve-a100.yaml"
+    copy.write_text(Path(shipped.path).read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    b = serving_band(load_engine(str(copy)).name, str(copy))
+    assert b["checked_as"] is None
+    assert b["label"].startswith("no measured serving run checks this engine (a profile named "
+                                 "sarathi-serve-a100 whose file differs from the one checked); ")
+
+
 def _synthetic(ratio_lo: float, ratio_hi: float) -> dict:
     check = {"config": "tp1", "runs_text": "a server", "runs": ["r1", "r2"], "rates": [1.0, 2.0],
              "train_runs": [], "held_out": "held out", "engines": "none", "ratio_min": ratio_lo,
@@ -203,10 +220,10 @@ def test_labels_follow_the_file_not_the_code(tmp_path: Path) -> None:
     doc = _synthetic(0.7, 0.8)
     assert list(doc) == ["generated_by", "target", "published", "measured"]  # fixed order
     path.write_text(dump_document(doc), encoding="utf-8")
-    b = serving_band("none", str(path))
+    b = serving_band("none", path=str(path))
     assert "0.70-0.80 on a server, 2 runs at 1-2 req/s (held out)" in b["label"]
     assert "within 1.3x on 1 of 2 rows, worst b 0.50 (engine none)" in b["label"]
-    other = serving_band("x", str(path))["label"]
+    other = serving_band("x", path=str(path))["label"]
     assert "kernels-only engines predicted capacity by 0.70-0.80x" in other
     assert "engines fitted by" not in other  # no fitted engine in this file
 
@@ -216,9 +233,9 @@ def test_write_section_keeps_the_other_section(tmp_path: Path) -> None:
     doc = _synthetic(1.5, 1.6)
     write_section("measured", doc["measured"], str(path))
     with pytest.raises(SimInputError, match="not a serving bands file"):
-        serving_band("none", str(path))  # the published section is still missing
+        serving_band("none", path=str(path))  # the published section is still missing
     write_section("published", doc["published"], str(path))
-    assert serving_band("none", str(path))["checks"][0]["ratio_max"] == 1.6
+    assert serving_band("none", path=str(path))["checks"][0]["ratio_max"] == 1.6
     write_section("measured", _synthetic(1.1, 1.2)["measured"], str(path))
     back = yaml.safe_load(path.read_text())
     assert list(back) == ["generated_by", "target", "published", "measured"]
