@@ -462,7 +462,7 @@ def bands_section(results: list[dict[str, Any]], engines: list[str], implementat
     digests = {load_engine(e).name: profile_digest(load_engine(e).path) for e in engines}
     return measured_section(results, kinds, {k: c.text for k, c in CONFIGS.items()}, [s.name for s in SLOS],
                             implementation, "DistServe's measured OPT-13B ShareGPT runs (LLMServe/DistServe)",
-                            digests)
+                            digests, GPU)
 
 
 def _levels(text: str) -> tuple[float, ...] | None:

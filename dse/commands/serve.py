@@ -394,7 +394,9 @@ def command(
         "context, under each scheduler below: sim/serving/",
         "results": results,
         "validation_bands": {r["method"]: r["validation_band"] for r in results},
-        "serving_validation_band": serving_band(engine_profile.name, engine_profile.path),
+        "serving_validation_band": serving_band(
+            engine_profile.name, engine_profile.path, [r["hardware"] for r in results]
+        ),
         "notes": notes,
     }
     degrees = {settings.tensor_parallel, disagg_settings.tensor_parallel, disagg_settings.prefill_tp}

@@ -127,11 +127,12 @@ def profile_digest(path: str) -> str:
 
 def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], configs: dict[str, str],
                      slos: list[str], implementation: str, source: str,
-                     digests: dict[str, str]) -> dict[str, Any]:
+                     digests: dict[str, str], hardware: str) -> dict[str, Any]:
     """The `measured` section from benchmarks/validate_serving_measured.py's results (one per engine):
     per engine its kind (a KINDS key, `kinds[engine name]`) and per config replayed on it the runs, whether
     held out, the goodputs and the min-max of their ratios ours / measured. `configs`: config -> the text
-    naming its runs; `source`: whose runs, a phrase; `digests`: engine name -> profile_digest of its file."""
+    naming its runs; `source`: whose runs, a phrase; `digests`: engine name -> profile_digest of its file;
+    `hardware`: the hardware profile the runs were replayed on."""
     engines: dict[str, Any] = {}
     for res in results:
         checks = []
@@ -157,7 +158,8 @@ def measured_section(results: list[dict[str, Any]], kinds: dict[str, str], confi
         checks.sort(key=lambda c: order.index(c["config"]))
         engines[res["engine"]] = {"kind": kinds[res["engine"]], "profile_sha256": digests[res["engine"]],
                                   "checks": checks}
-    return {"source": source, "implementation": implementation, "slos": list(slos), "engines": engines}
+    return {"source": source, "hardware": hardware, "implementation": implementation, "slos": list(slos),
+            "engines": engines}
 
 
 def with_section(doc: dict[str, Any] | None, section: str, content: dict[str, Any]) -> dict[str, Any]:
@@ -253,11 +255,13 @@ def _kind_range(measured: dict[str, Any], kind: str, config: str) -> tuple[float
 
 def _unchecked_text(measured: dict[str, Any]) -> str:
     """What the checks found for kernels-only and fitted engines on the vLLM runs (the file's numbers)."""
+    gpu = measured.get("hardware")
+    where = f"DistServe's vLLM 0.2 runs ({gpu})" if gpu else "DistServe's vLLM 0.2 runs"
     parts = []
     kernels = _kind_range(measured, "kernels only", "tp1")
     if kernels is not None:
         verb = "over-predicted" if kernels[0] > 1 else "predicted"
-        parts.append(f"on DistServe's vLLM 0.2 runs, kernels-only engines {verb} capacity by "
+        parts.append(f"on {where}, kernels-only engines {verb} capacity by "
                      f"{_range(*kernels)}x")
     fitted = _kind_range(measured, "fitted", "tp1")
     if fitted is not None:
@@ -266,12 +270,15 @@ def _unchecked_text(measured: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def serving_band(engine: str, profile_file: str | None = None, path: str | None = None) -> dict[str, Any]:
+def serving_band(engine: str, profile_file: str | None = None, hardware: list[str] | None = None,
+                 path: str | None = None) -> dict[str, Any]:
     """The serving model's validation band for the engine profile named `engine` (EngineProfile.name; a
     `-tpN` profile falls back to its TP 1 profile's checks, and a profile at the low or high end of its
     ranges (`NAME@low`) to its measured values, each said so; `profile_file`: the profile's file, whose
-    text must be the checked file's, else the engine counts as unchecked): {engine, checked_as, kind, checks,
-    published, label}, `label` the line `dse serve` prints. `path`: another file of the same form."""
+    text must be the checked file's, else the engine counts as unchecked; `hardware`: the answer's hardware
+    profiles, the checks counting only for the one they ran on): {engine, checked_as, kind, checks,
+    hardware_checked, hardware_unchecked, published, label}, `label` the line `dse serve` prints. `path`:
+    another file of the same form."""
     doc = load_document(path)
     measured, pub = doc["measured"], doc["published"]
     engines = measured["engines"]
@@ -283,13 +290,20 @@ def serving_band(engine: str, profile_file: str | None = None, path: str | None 
     pricing = f"[{measured['implementation']} pricing]"
     other = (entry is not None and profile_file is not None and key == plain
              and profile_digest(profile_file) != entry.get("profile_sha256"))
-    if entry is None or not entry["checks"] or other:
+    gpu = measured.get("hardware", "")
+    answered = list(dict.fromkeys(hardware or []))
+    unchecked_hw = [h for h in answered if h != gpu]
+    checked_hw = [h for h in answered if h == gpu]
+    if entry is None or not entry["checks"] or other or (answered and not checked_hw):
         unchecked = _unchecked_text(measured)
         named = f" (a profile named {key} whose file differs from the one checked)" if other else ""
-        label = (f"no measured serving run checks this engine{named}; {unchecked + '; ' if unchecked else ''}"
-                 f"fit your server with `dse engine-fit`; {published} {pricing}")
-        return {"engine": engine, "checked_as": None, "kind": None, "checks": [], "published": pub["tally"],
-                "label": label}
+        elsewhere = entry is not None and entry["checks"] and not other and answered
+        on = f" on {', '.join(answered)} (its checks ran on {gpu})" if elsewhere else ""
+        label = (f"no measured serving run checks this engine{named}{on}; "
+                 f"{unchecked + '; ' if unchecked else ''}fit your server with `dse engine-fit`; {published} "
+                 f"{pricing}")
+        return {"engine": engine, "checked_as": None, "kind": None, "checks": [], "hardware_checked": [],
+                "hardware_unchecked": answered, "published": pub["tally"], "label": label}
     notes = []
     if key != plain:
         itself = any(f"prefill {plain} " in c.get("engines", "") for c in entry["checks"])
@@ -297,10 +311,13 @@ def serving_band(engine: str, profile_file: str | None = None, path: str | None 
         notes.append(f"checked as {key}, its TP 1 profile{also}")
     if end is not None:
         notes.append(f"checked at its measured values, not at the {end.group(1)} end of its ranges")
+    if unchecked_hw:
+        notes.append(f"checked on {gpu} only, not on {', '.join(unchecked_hw)}")
     via = f" ({'; '.join(notes)})" if notes else ""
     checks = "; ".join(_check_text(c) for c in entry["checks"])
     kind = KINDS.get(entry["kind"], entry["kind"])
     label = f"{kind}{via}: goodput ours/measured on {measured['source']}: {checks}; {published} {pricing}"
     brief = [{k: v for k, v in c.items() if k not in ("runs", "goodputs")} for c in entry["checks"]]
     return {"engine": engine, "checked_as": key, "kind": entry["kind"], "checks": brief,
-            "published": pub["tally"], "label": label}
+            "hardware_checked": checked_hw, "hardware_unchecked": unchecked_hw, "published": pub["tally"],
+            "label": label}

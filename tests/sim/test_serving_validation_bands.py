@@ -182,11 +182,28 @@ def test_unchecked_engine_says_so_with_the_files_numbers() -> None:
         b = serving_band(engine)
         assert b["checked_as"] is None and b["checks"] == []
         label = b["label"]
-        assert label.startswith("no measured serving run checks this engine; on DistServe's vLLM 0.2 runs, "
+        assert label.startswith("no measured serving run checks this engine; on DistServe's vLLM 0.2 runs "
+                                f"({measured['hardware']}), "
                                 f"kernels-only engines over-predicted capacity by {kernels['ratio_min']:.2f}-"
                                 f"{kernels['ratio_max']:.2f}x")
         assert f"{lo:.2f}-{hi:.2f}x on the held-out runs" in label
         assert "fit your server with `dse engine-fit`" in label
+
+
+def test_checks_count_only_on_the_hardware_they_ran_on() -> None:
+    gpu = _checked_in()["measured"]["hardware"]
+    assert gpu == _vm().GPU == "a100-80g-sxm"
+    on_it = serving_band("none", None, [gpu])
+    assert on_it["checked_as"] == "none" and on_it["hardware_unchecked"] == []
+    assert on_it["label"] == serving_band("none")["label"]
+    mixed = serving_band("none", None, ["l40s", gpu, "l40s"])
+    assert (mixed["hardware_checked"], mixed["hardware_unchecked"]) == ([gpu], ["l40s"])
+    assert f"(checked on {gpu} only, not on l40s)" in mixed["label"]
+    off = serving_band("none", None, ["l40s", "h100-sxm"])
+    assert off["checked_as"] is None and off["hardware_unchecked"] == ["l40s", "h100-sxm"]
+    assert off["label"].startswith(
+        f"no measured serving run checks this engine on l40s, h100-sxm (its checks ran on {gpu}); on "
+        f"DistServe's vLLM 0.2 runs ({gpu}), kernels-only engines")
 
 
 def test_a_profile_file_other_than_the_checked_one_is_unchecked(tmp_path: Path) -> None:
