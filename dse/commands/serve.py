@@ -5,7 +5,8 @@
               [--scheduler blocking,prefill-first,chunked,disaggregated]
               [--arrival-rate R | --requests FILE | --target-rate R [--seeds K] [--prices FILE]]
               [--gpus N --prefill-gpus P] [--router least-loaded|round-robin] [--n-requests N]
-              [--chunk-tokens C] [--kv-link-gbps G] [--max-seqs N] [--max-batched-tokens T]
+              [--chunk-tokens C] [--kv-link-gbps G] [--first-token handoff|prefill]
+              [--max-seqs N] [--max-batched-tokens T]
               [--engine none|NAME|FILE]
               [--tensor-parallel T [--prefill-tensor-parallel P] [--decode-tensor-parallel D]]
               [--demand ...] [--implementation ...] [--json FILE]
@@ -166,6 +167,7 @@ def command(
     max_gpus: int,
     chunk_tokens: int,
     kv_link_gbps: float,
+    first_token: str,
     max_seqs: int | None,
     max_batched_tokens: int | None,
     engine: str,
@@ -261,7 +263,8 @@ def command(
         input_tokens = max(r.input_tokens for r in fixed)
         output_tokens = max(r.output_tokens for r in fixed)
     slos = Slos(tpot_slo_ms / 1e3, ttft_slo_s, queue_slo_s, token_slo_stat)
-    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens, tensor_parallel)
+    settings = SchedulerSettings(chunk_tokens, kv_link_gbps, max_seqs, max_batched_tokens, tensor_parallel,
+                                 first_token=first_token)
     disagg_settings = tensor_parallel_settings(
         settings, sched, prefill_tensor_parallel, decode_tensor_parallel, gpus, prefill_gpus,
         fleet=target_rate is not None,

@@ -51,7 +51,8 @@ def slo_options(command: Callable) -> Callable:
 
 
 def scheduler_options(command: Callable) -> Callable:
-    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --max-seqs, --max-batched-tokens, --engine,
+    """--scheduler, --router, --chunk-tokens, --kv-link-gbps, --first-token, --max-seqs, --max-batched-tokens,
+    --engine,
     --tensor-parallel, --prefill-tensor-parallel, --decode-tensor-parallel."""
     return _apply(command, [
         click.option(
@@ -72,6 +73,12 @@ def scheduler_options(command: Callable) -> Callable:
             "--kv-link-gbps", type=number(LINK_GBPS), default=50.0, show_default=True,
             help="disaggregated: GB/s of the KV transfer from a prefill to a decode GPU (one 400 Gb/s "
             "InfiniBand NIC per GPU)",
+        ),
+        click.option(
+            "--first-token", type=click.Choice(["handoff", "prefill"]), default="handoff", show_default=True,
+            help="disaggregated: when a request's first token reaches the user: at the KV handoff to its "
+            "decode GPU, or at the end of its prefill, before the KV moves (DistServe's context stage "
+            "streams it then; the wait for a decode GPU and the transfer then count in TPOT)",
         ),
         click.option(
             "--max-seqs", type=number(SEQS), default=None,
