@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/validate_serving.py [--requests N]
         [--implementation ideal|as-published|both] [--rows KEY,KEY] [--json FILE]
-        [--hardware-set FIELD=VALUE ...] [--engine as-run|none|NAME|FILE]
+        [--hardware-set FIELD=VALUE ...] [--engine as-run|none|NAME|FILE] [--write-bands]
 
 For each row of benchmarks/serving_published.py: the published number, ours on the same setup (model, GPU,
 request lengths, Poisson arrivals, the schedulers with the settings the published runs used, the paper's
@@ -47,6 +47,11 @@ QKV, output, up and down projections of 8 models at 512-4096 tokens, median 0.70
 Pricing: vLLM and Sarathi-Serve decode with paged FlashAttention kernels and CUDA graphs, not the stock
 Hugging Face eager loop the dense method's as-published pricing models, so `ideal` (hardware limits) is
 the nearer; `--implementation both` prints both. Labelled: simulated on CPU, never run on a GPU here.
+
+`--write-bands` (every row, each on its own engine, one pricing mode, no --hardware-set) writes the
+`published` section of sim/validation/serving_bands.yaml: each row's ratio and its diagnostic engines'
+ratios, and the tally within 1.3x, which `dse serve` prints under its answers
+(sim/serving/validation_band.py).
 """
 
 from __future__ import annotations
@@ -294,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="engine host time per iteration: as-run (each row's engine), none (kernels "
                         "alone), or an engine profile name or YAML file, with @low or @high for every "
                         "term at that end of its range [as-run]")
+    parser.add_argument("--write-bands", action="store_true",
+                        help="write the published section of sim/validation/serving_bands.yaml (every row, "
+                        "--engine as-run, one --implementation, no --hardware-set)")
     args = parser.parse_args(argv)
     rows = {r.key: r for r in ROWS}
     keys = [k.strip() for k in args.rows.split(",") if k.strip()] or list(rows)
@@ -306,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     hardware_set = _hardware_set(args.hardware_set)
     if hardware_set is None:
+        return 2
+    if args.write_bands and (args.rows.strip() or hardware_set or args.engine != "as-run"
+                             or args.implementation == "both"):
+        print("error: --write-bands records the check as run: give it without --rows, --hardware-set and "
+              "--engine (every row on its own engine) and with one --implementation (ideal or as-published)",
+              file=sys.stderr)
         return 2
     impls = ("ideal", "as-published") if args.implementation == "both" else (args.implementation,)
     from sim.errors import SimInputError
@@ -335,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"what-if hardware fields: {hardware_set}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, default=str))
+    if args.write_bands:
+        from sim.serving.validation_band import published_section, write_section
+
+        path = write_section("published", published_section(results, impls[0], args.requests, args.seed))
+        print(f"wrote the published section of {path}")
     return 0
 
 

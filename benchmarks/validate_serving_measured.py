@@ -2,7 +2,7 @@
 model and compare, request set by request set.
 
     PYTHONPATH=. python benchmarks/validate_serving_measured.py [--engines NAME,NAME] [--runs KEY,KEY]
-        [--implementation ideal|as-published] [--attainment PCT] [--diagnose] [--json FILE]
+        [--implementation ideal|as-published] [--attainment PCT] [--diagnose] [--json FILE] [--write-bands]
 
 The runs and their setup: benchmarks/serving_measured.py. Each run it can reproduce is replayed with its
 EXACT requests (prompt and output lengths, issue times relative to the first), not new Poisson draws, on
@@ -68,6 +68,11 @@ Simulated on CPU, never on a GPU; nothing of the simulator was set from these ru
 engines' three numbers, from vllm-100-1. One model change followed the first c21d11 replay: the prefill GPU
 parks each prompt's KV by its own bytes, as DistServe's context scheduler counts blocks, where it had
 counted slots sized by the longest prompt (docs/serving_validation.md, "DistServe's own runs").
+
+`--write-bands` (every run, every default engine, the default attainment levels) writes the `measured`
+section of sim/validation/serving_bands.yaml: per engine its kind (kernels only, host time, whole steps,
+fitted) and per config the goodput ratios ours / measured and whether held out, which `dse serve` prints
+under its answers (sim/serving/validation_band.py).
 """
 
 from __future__ import annotations
@@ -435,6 +440,31 @@ def print_engine(res: dict[str, Any]) -> None:
                   f"rates: measured {s['p90_each_measured'] or 'none'}, ours {s['p90_each_ours'] or 'none'}")
 
 
+def engine_kind(engine: str) -> str:
+    """The kind of an engine (sim.serving.validation_band.KINDS): kernels only, fitted (FITTED_ENGINES),
+    whole steps or host time."""
+    from sim.serving.engine import load_engine
+
+    profile = load_engine(engine)
+    if profile.name == "none":
+        return "kernels only"
+    if profile.name in FITTED_ENGINES:
+        return "fitted"
+    return "whole steps" if profile.step_time is not None else "host time"
+
+
+def bands_section(results: list[dict[str, Any]], engines: list[str], implementation: str) -> dict[str, Any]:
+    """The `measured` section of sim/validation/serving_bands.yaml from `evaluate`'s results on `engines`."""
+    from sim.serving.engine import load_engine
+    from sim.serving.validation_band import measured_section, profile_digest
+
+    kinds = {load_engine(e).name: engine_kind(e) for e in engines}
+    digests = {load_engine(e).name: profile_digest(load_engine(e).path) for e in engines}
+    return measured_section(results, kinds, {k: c.text for k, c in CONFIGS.items()}, [s.name for s in SLOS],
+                            implementation, "DistServe's measured OPT-13B ShareGPT runs (LLMServe/DistServe)",
+                            digests, GPU)
+
+
 def _levels(text: str) -> tuple[float, ...] | None:
     try:
         levels = tuple(float(x) for x in text.split(",") if x.strip())
@@ -458,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"[{default_levels}]")
     parser.add_argument("--diagnose", action="store_true", help="per run: where ours and measured differ")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    parser.add_argument("--write-bands", action="store_true",
+                        help="write the measured section of sim/validation/serving_bands.yaml (every run, "
+                        "the default engines and attainment levels)")
     args = parser.parse_args(argv)
     runs = load_runs()
     keys = [k.strip() for k in args.runs.split(",") if k.strip()]
@@ -470,6 +503,10 @@ def main(argv: list[str] | None = None) -> int:
     if levels is None:
         print(f"error: --attainment {args.attainment!r}: expected comma-separated percentages in (0, 100], "
               "e.g. 90,50", file=sys.stderr)
+        return 2
+    if args.write_bands and (keys or args.engines != ",".join(ENGINES) or levels != ATTAINMENT_PCT):
+        print("error: --write-bands records the check as run: give it without --runs, --engines and "
+              "--attainment (every run, the default engines and levels)", file=sys.stderr)
         return 2
     if keys:
         runs = [r for r in runs if r.key in keys]
@@ -500,6 +537,11 @@ def main(argv: list[str] | None = None) -> int:
           "ours: simulated on CPU with the runs' exact requests and issue times")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2, default=float))
+    if args.write_bands:
+        from sim.serving.validation_band import write_section
+
+        path = write_section("measured", bands_section(results, engines, args.implementation))
+        print(f"wrote the measured section of {path}")
     return 0
 
 

@@ -230,6 +230,7 @@ def command(
     from sim.serving import SchedulerSettings, Slos, StepCosts, load_requests, scheduler_model
     from sim.serving.engine import load_engine
     from sim.serving.schedulers import check_scheduler
+    from sim.serving.validation_band import serving_band
     from sim.validation_bands import band
 
     given = [
@@ -396,6 +397,9 @@ def command(
         "context, under each scheduler below: sim/serving/",
         "results": results,
         "validation_bands": {r["method"]: r["validation_band"] for r in results},
+        "serving_validation_band": serving_band(
+            engine_profile.name, engine_profile.path, [r["hardware"] for r in results]
+        ),
         "notes": notes,
     }
     degrees = {settings.tensor_parallel, disagg_settings.tensor_parallel, disagg_settings.prefill_tp}

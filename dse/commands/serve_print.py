@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 __all__ = ["print_serve"]
 
 
@@ -200,6 +202,10 @@ def print_serve(payload: dict) -> None:
         if payload["prices"]:
             console.print("$/M out tok = $/h / (target rate x output tokens x 3600 s) x 1e6")
     for method, label in payload.get("validation_bands", {}).items():
-        console.print(f"simulator's validation band, {method}: {label}")
+        console.print(escape(f"simulator's validation band, {method}: {label}"))
+    serving = payload.get("serving_validation_band")
+    if serving is not None:
+        engine = serving["engine"]
+        console.print(escape(f"serving model's validation band, engine {engine}: {serving['label']}"))
     for note in payload["notes"]:
         console.print(f"[yellow]note:[/] {note}")
