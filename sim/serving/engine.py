@@ -188,10 +188,24 @@ _Factor = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 _Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
 
 
-class _TermFile(_Strict):
-    points_ms: list[tuple[Annotated[int, Field(ge=1, strict=True)], _Ms]] = Field(min_length=1)
+class _Sourced(_Strict):
+    """A measured or estimated cost: its source and the scale factors it could take (required for an
+    estimate)."""
+
     source: _Text
     range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False, strict=True)]] | None = None
+
+    @model_validator(mode="after")
+    def _estimate_has_range(self) -> _Sourced:
+        if self.range is not None and self.range[0] > 1:
+            raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
+        if self.range is None and self.source.strip().lower().startswith("estimate"):
+            raise ValueError("an estimate needs 'range: [low, high]' (scale factors it could take)")
+        return self
+
+
+class _TermFile(_Sourced):
+    points_ms: list[tuple[Annotated[int, Field(ge=1, strict=True)], _Ms]] = Field(min_length=1)
 
     @field_validator("points_ms")
     @classmethod
@@ -200,27 +214,9 @@ class _TermFile(_Strict):
             raise ValueError("sequence counts must be strictly increasing")
         return points
 
-    @model_validator(mode="after")
-    def _estimate_has_range(self) -> _TermFile:
-        if self.range is not None and self.range[0] > 1:
-            raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
-        if self.range is None and self.source.strip().lower().startswith("estimate"):
-            raise ValueError("an estimate needs 'range: [low, high]' (scale factors it could take)")
-        return self
 
-
-class _OverheadFile(_Strict):
+class _OverheadFile(_Sourced):
     ms: _Ms
-    source: _Text
-    range: tuple[_Factor, Annotated[float, Field(ge=1, allow_inf_nan=False, strict=True)]] | None = None
-
-    @model_validator(mode="after")
-    def _estimate_has_range(self) -> _OverheadFile:
-        if self.range is not None and self.range[0] > 1:
-            raise ValueError(f"'range' must satisfy 0 <= low <= 1 <= high, got {list(self.range)}")
-        if self.range is None and self.source.strip().lower().startswith("estimate"):
-            raise ValueError("an estimate needs 'range: [low, high]' (scale factors it could take)")
-        return self
 
 
 class _PrefillFile(_Strict):
