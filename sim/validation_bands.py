@@ -42,6 +42,7 @@ __all__ = [
     "build_document",
     "dump_document",
     "load_document",
+    "off_factor",
     "summarize",
 ]
 
@@ -51,7 +52,7 @@ GENERATED_BY = "PYTHONPATH=. python benchmarks/validate_sim.py --write-bands"
 RATIO_DECIMALS = 4  # ratios are stored rounded; the tallies are made from the stored values
 
 
-def _factor(ratio: float) -> float:
+def off_factor(ratio: float) -> float:
     """How far off a predicted / published ratio is, either way: max(r, 1/r)."""
     return max(ratio, 1.0 / ratio)
 
@@ -68,13 +69,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]
         for mode in IMPLEMENTATIONS:
             entry: dict[str, Any] = {
                 "rows": len(measured),
-                "within": [sum(1 for r in measured if _factor(r["ratio"][mode]) <= b) for b in BANDS],
+                "within": [sum(1 for r in measured if off_factor(r["ratio"][mode]) <= b) for b in BANDS],
                 "projections": len(mine) - len(measured),
             }
             if measured:
-                worst = max(measured, key=lambda r: _factor(r["ratio"][mode]))
+                worst = max(measured, key=lambda r: off_factor(r["ratio"][mode]))
                 entry.update(
-                    worst_factor=round(_factor(worst["ratio"][mode]), RATIO_DECIMALS),
+                    worst_factor=round(off_factor(worst["ratio"][mode]), RATIO_DECIMALS),
                     worst_ratio=worst["ratio"][mode],
                     worst_row=worst["key"],
                     worst_source=worst["source"],

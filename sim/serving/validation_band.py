@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from sim.errors import SimInputError
+from sim.validation_bands import off_factor
 from sim.yaml_io import load_yaml, read_text_file
 
 __all__ = [
@@ -68,18 +69,15 @@ _TP_SUFFIX = re.compile(r"-tp\d+$")
 _END_SUFFIX = re.compile(r" \((low|high) end\)$")  # EngineProfile.at_end's name
 
 
-def _factor(ratio: float) -> float:
-    return max(ratio, 1.0 / ratio)
-
-
 def published_tally(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """From row records {key, engine, ratio, ...}: how many rows, how many within TARGET either way, and
     the worst row (its factor max(r, 1/r), ratio, key and engine)."""
-    out: dict[str, Any] = {"rows": len(rows), "within": sum(1 for r in rows if _factor(r["ratio"]) <= TARGET)}
+    within = sum(1 for r in rows if off_factor(r["ratio"]) <= TARGET)
+    out: dict[str, Any] = {"rows": len(rows), "within": within}
     if rows:
-        worst = max(rows, key=lambda r: _factor(r["ratio"]))
+        worst = max(rows, key=lambda r: off_factor(r["ratio"]))
         out.update(worst_row=worst["key"], worst_ratio=worst["ratio"], worst_engine=worst["engine"],
-                   worst_factor=round(_factor(worst["ratio"]), RATIO_DECIMALS))
+                   worst_factor=round(off_factor(worst["ratio"]), RATIO_DECIMALS))
     return out
 
 
