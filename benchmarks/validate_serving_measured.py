@@ -90,7 +90,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.serving_measured import CONFIGS, GPU, MODEL, SLOS, MeasuredRun, load_runs  # noqa: E402
-from benchmarks.validate_serving import TARGET  # noqa: E402
+from benchmarks.validate_serving import TARGET, _p_late  # noqa: E402
 
 _ENGINE_FILES = Path(__file__).resolve().parent / "data" / "engines"
 FORWARD_ENGINE = _ENGINE_FILES / "distserve-vllm-opt13b-a100-forward.yaml"
@@ -144,10 +144,7 @@ def find_intersection(xs: list[float], ys: list[float], target_y: float) -> tupl
 
 def _pct(x: np.ndarray, q: float) -> float:
     """Percentile q where NaN marks a request never served (late: inf)."""
-    x = np.nan_to_num(np.asarray(x, dtype=float), nan=np.inf)
-    with np.errstate(invalid="ignore"):
-        v = float(np.percentile(x, q))
-    return float("inf") if np.isnan(v) else v
+    return _p_late(np.nan_to_num(np.asarray(x, dtype=float), nan=np.inf), q)
 
 
 def summary(ttft_ms: np.ndarray, tpot_ms: np.ndarray) -> dict[str, float]:
