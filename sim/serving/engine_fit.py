@@ -29,7 +29,6 @@ another to match a queue. `saturation_warnings` says when a run looks loaded.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,19 +56,11 @@ PROMPT_BUCKETS = ((0, 256), (256, 1024), (1024, None))
 _SCHEDULERS = ("blocking", "prefill-first", "chunked")
 
 
-def _with_engine(costs: StepCosts, profile: EngineProfile) -> StepCosts:
-    """`costs` pricing with `profile`'s host time: a shallow copy sharing its step-model caches, which do
-    not depend on the engine's host time (it is added on top: sim/serving/step_costs.py)."""
-    out = copy.copy(costs)
-    out.engine_profile = profile
-    return out
-
-
 def replay(run: MeasuredRun, costs: StepCosts, profile: EngineProfile, scheduler: str,
            settings: SchedulerSettings) -> dict[str, np.ndarray]:
     """Ours per request (ms): TTFT, TPOT as the client measures it (0 for one output token, NaN if not
     finished) and queueing (issue to prefill start, the request overhead excluded)."""
-    res = simulate(run.requests(), _with_engine(costs, profile), scheduler, settings=settings)
+    res = simulate(run.requests(), costs.with_host_engine(profile), scheduler, settings=settings)
     tpot = np.where(run.output_len > 1, res.tpot_s * 1e3, 0.0)
     return {"ttft_ms": res.ttft_s * 1e3, "tpot_ms": tpot,
             "queue_ms": res.prefill_queue_s * 1e3 - profile.request_overhead_ms}
@@ -173,7 +164,7 @@ def saturation_warnings(run: MeasuredRun, ours: dict[str, np.ndarray], costs: St
         out.append(f"run {run.name}: measured P90 TTFT {p90:.0f} ms is {p90 / p50:.1f}x its median "
                    f"({p50:.0f} ms; over {SATURATED_P90_OVER_MEDIAN:g}x): requests queue, the run looks "
                    "loaded")
-    priced = _with_engine(costs, profile)
+    priced = costs.with_host_engine(profile)
     alone_ms = np.array([priced.prefill_s(int(p)) * 1e3 for p in run.prompt_len])
     ttft = np.asarray(ours["ttft_ms"], dtype=float)
     served = np.isfinite(ttft)

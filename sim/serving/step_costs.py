@@ -50,6 +50,7 @@ logits gather), priced from measured NCCL all-reduce times; at t = 1 nothing is 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -60,6 +61,7 @@ from sim.cost_model import CostModel
 from sim.demand import Demand
 from sim.engine import run_simulation
 from sim.serving.engine import EngineProfile, load_engine
+from sim.serving.engine_steps import StepTimeRefused
 from sim.serving.tensor_parallel import TensorParallel, shard_demand
 from traces.models import get_model, use_model
 
@@ -143,6 +145,20 @@ class StepCosts:
     def bucket(mean_context: float) -> int:
         """The context a decode step is priced at: the mean context rounded up to the bucket."""
         return int(-(-int(np.ceil(mean_context)) // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS)
+
+    def with_host_engine(self, profile: EngineProfile) -> StepCosts:
+        """These costs priced with another host-time engine profile, sharing the step-model caches: they
+        hold kernel times only, the engine's host time being added on top of them (`engine_s`). A whole-step
+        profile replaces the step model's iterations, so neither side may be one."""
+        if self.step_time is not None or profile.step_time is not None:
+            raise StepTimeRefused(
+                f"engine {profile.name}: only host-time engine profiles can be swapped into these costs "
+                f"(engine {self.engine_profile.name}); a whole-step profile needs costs of its own"
+            )
+        profile.check_tensor_parallel(self.tp.degree)
+        out = copy.copy(self)
+        out.engine_profile = profile
+        return out
 
     def engine_s(self, sequences: int) -> float:
         """The engine's host time of one iteration of `sequences` sequences (0 for `none`)."""
