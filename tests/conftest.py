@@ -6,6 +6,10 @@ Skipped tests are listed with their reason at the end of every run (pytest -ra i
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,23 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 except ImportError:
     pass
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run_fresh_python(code: str) -> None:
+    """Runs Python source `code` in a new interpreter from the repository root, where nothing is imported
+    yet (so what a module imports shows in sys.modules); fails with the child's stderr."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture
+def fresh_python() -> Callable[[str], None]:
+    """_run_fresh_python, for tests to take as an argument."""
+    return _run_fresh_python
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,8 +5,7 @@ results included, and its bad inputs (exit 2, one paragraph, no traceback)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -21,7 +20,6 @@ from dse.objective import Evaluation
 from dse.results import load_results
 
 METRIC = "passkey_accuracy"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _samples(scores: list[float], answer: str = "The pass key is 12345", task: str = "passkey/1024/seed0"
@@ -144,10 +142,9 @@ def test_compare_study_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
     _fails(capsys, [f"{url}:trial:1", f"{url}:untuned_freekv"], "no untuned_freekv baseline (it has: dense)")
 
 
-def test_compare_never_imports_torch(tmp_path: Path) -> None:
+def test_compare_never_imports_torch(tmp_path: Path, fresh_python: Callable[[str], None]) -> None:
     a, b = _run(tmp_path / "a", [1, 0]), _run(tmp_path / "b", [1, 1])
     code = ("import sys; from dse.cli import main; "
             f"code = main(['compare', {str(a)!r}, {str(b)!r}, '--floor', '0.9']); "
             "assert code == 0 and 'torch' not in sys.modules, code")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    fresh_python(code)

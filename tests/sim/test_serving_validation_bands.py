@@ -5,9 +5,7 @@ whole regenerations), and `serving_band` words its line from the file's numbers.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -267,11 +265,9 @@ def test_write_bands_refuses_a_partial_check() -> None:
     assert _vm().main(["--engines", "none", "--write-bands"]) == 2
 
 
-def test_serving_band_never_imports_torch_or_benchmarks() -> None:
+def test_serving_band_never_imports_torch_or_benchmarks(fresh_python: Callable[[str], None]) -> None:
     code = ("import sys, sim.serving.validation_band as v\n"
             "v.serving_band('none')\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "assert not any(m.startswith(('benchmarks', 'dse')) for m in sys.modules), 'imported'\n")
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env=env)
+    fresh_python(code)

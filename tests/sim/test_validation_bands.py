@@ -4,9 +4,7 @@ reads it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -141,11 +139,9 @@ def test_tallies_bands_worst_row_and_projections(tmp_path: Path) -> None:
     assert band("m", "ideal", str(path)).within == {1.2: 3, 1.6: 3, 2.0: 3}
 
 
-def test_bands_and_sensitivity_never_import_torch_or_benchmarks() -> None:
+def test_bands_and_sensitivity_never_import_torch_or_benchmarks(fresh_python: Callable[[str], None]) -> None:
     code = ("import sys, sim.validation_bands, sim.sensitivity\n"
             "sim.validation_bands.band('freekv', 'ideal')\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "assert 'validate_sim_rows' not in sys.modules, 'benchmarks imported'\n")
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env=env)
+    fresh_python(code)

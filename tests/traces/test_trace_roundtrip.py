@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -255,12 +253,10 @@ def test_create_refuses_existing_trace_and_bad_meta(tmp_path: Path) -> None:
         TraceWriter.create(tmp_path / "file", meta)
 
 
-def test_traces_never_imports_torch() -> None:
+def test_traces_never_imports_torch(fresh_python: Callable[[str], None]) -> None:
     code = ("import sys, traces, traces.stats, traces.format, traces.codec, traces.catalogue\n"
             "import traces.retrieval_knobs, sim.replay, dse.method_knobs, dse.commands.methods\n"
             "from traces import FORMAT_VERSION, RunMetadata, PrefillRecord, StepRecord, ModelSpec, get_model,"
             " TraceWriter, TraceReader, TraceError, open_trace\n"
             "assert 'torch' not in sys.modules, 'the catalogue or the replay service imported torch'\n")
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env=env)
+    fresh_python(code)
